@@ -1,0 +1,178 @@
+/*
+ * braid — collective communication for C and C++.
+ *
+ * One communicator API (all-reduce, broadcast, all-gather, reduce-scatter,
+ * tagged send/recv, sync, barrier, split, CUDA stream/event hooks) over
+ * several backends. This is the only public header.
+ *
+ * Conventions
+ *  - Every call returns a braid_status; on error braid_last_error() holds a
+ *    sentence naming the call, the argument and the rank.
+ *  - After a fatal error (peer lost, timeout, abort) a communicator is failed:
+ *    every later call on it returns the same status at once, except
+ *    braid_destroy.
+ *  - Counts are element counts (size_t); count 0 is a valid no-op.
+ *  - Collectives may complete before they return (CPU backends) or be
+ *    stream-ordered (GPU backends): portable code calls braid_sync() before
+ *    reading results or reusing buffers.
+ */
+#ifndef BRAID_H
+#define BRAID_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define BRAID_VERSION_MAJOR 0
+#define BRAID_VERSION_MINOR 1
+#define BRAID_VERSION_PATCH 0
+/* Single comparable number: MAJOR*10000 + MINOR*100 + PATCH. */
+#define BRAID_VERSION_CODE \
+  (BRAID_VERSION_MAJOR * 10000 + BRAID_VERSION_MINOR * 100 + BRAID_VERSION_PATCH)
+
+#if defined(_WIN32)
+#define BRAID_API
+#elif defined(__GNUC__)
+#define BRAID_API __attribute__((visibility("default")))
+#else
+#define BRAID_API
+#endif
+
+typedef struct braid_comm braid_comm; /* opaque */
+
+typedef enum braid_status {
+  BRAID_OK = 0,
+  BRAID_ERR_INVALID_ARG,  /* a bad argument; nothing was done */
+  BRAID_ERR_UNSUPPORTED,  /* meaningless dtype/op pair, or a feature the backend lacks */
+  BRAID_ERR_NO_MEMORY,
+  BRAID_ERR_TIMEOUT,      /* a blocking call waited longer than the timeout (fatal) */
+  BRAID_ERR_PEER_LOST,    /* another rank died or disconnected (fatal) */
+  BRAID_ERR_ABORTED,      /* braid_abort() was called (fatal) */
+  BRAID_ERR_MISMATCH,     /* a message's size or type differs from the receive's */
+  BRAID_ERR_BOOTSTRAP,    /* ranks could not find each other, or bad launcher settings */
+  BRAID_ERR_SYSTEM,       /* an operating-system call failed */
+  BRAID_ERR_BACKEND,      /* the underlying library (MPI, NCCL, CUDA) reported an error */
+  BRAID_ERR_INTERNAL      /* a bug in braid */
+} braid_status;           /* more may be added at the end */
+
+/* Same codes as the reference DType. */
+typedef enum braid_dtype {
+  BRAID_F64 = 0,
+  BRAID_F32 = 1,
+  BRAID_F16 = 2,      /* IEEE 754 binary16 */
+  BRAID_BF16 = 3,     /* bfloat16 */
+  BRAID_FP8_E4M3 = 4, /* OCP E4M3FN: no infinities, max 448, one NaN pattern */
+  BRAID_FP8_E5M2 = 5, /* OCP E5M2: IEEE-like, with infinities */
+  BRAID_I64 = 10,
+  BRAID_I32 = 11,
+  BRAID_I16 = 12,
+  BRAID_I8 = 13,
+  BRAID_U64 = 20,
+  BRAID_U32 = 21,
+  BRAID_U16 = 22,
+  BRAID_U8 = 23,
+  BRAID_BOOL = 30,    /* one byte; any non-zero byte is true, results are 0 or 1 */
+  BRAID_C64 = 40,     /* complex of two f32 (real, imaginary) */
+  BRAID_C128 = 41     /* complex of two f64 */
+} braid_dtype;
+
+/*
+ * Reductions. F16/BF16/FP8 are computed in f32 and rounded once to nearest-even.
+ * Integers wrap. AVG = SUM divided by the world size; on integers the wrapped
+ * sum is divided with truncation toward zero. MIN/MAX propagate NaN and order
+ * -0 below +0. On BOOL, SUM/MAX are OR and PROD/MIN are AND. Complex types
+ * support SUM, PROD and AVG. BAND/BOR/BXOR are for integers and BOOL.
+ */
+typedef enum braid_op {
+  BRAID_SUM,
+  BRAID_PROD,
+  BRAID_MIN,
+  BRAID_MAX,
+  BRAID_AVG,
+  BRAID_BAND,
+  BRAID_BOR,
+  BRAID_BXOR
+} braid_op;
+
+#define BRAID_SPLIT_NONE UINT32_MAX /* color: this rank joins no new communicator */
+
+/*
+ * Configuration for braid_init. Start from BRAID_CONFIG_INIT and set what you
+ * need; a field left at its default is taken from the environment, then from
+ * the built-in default (precedence: field > environment > default).
+ */
+typedef struct braid_config {
+  size_t struct_size;       /* sizeof(braid_config) at compile time; set by BRAID_CONFIG_INIT */
+  const char *backend;      /* NULL: BRAID_BACKEND, else "self" */
+  int rank;                 /* -1: BRAID_RANK, else 0 */
+  int world_size;           /* -1: BRAID_WORLD_SIZE, else 1 */
+  double timeout_s;         /* < 0: BRAID_TIMEOUT, else 300; 0 waits forever */
+  double destroy_timeout_s; /* < 0: BRAID_DESTROY_TIMEOUT, else 5: bound of destroy's final sync */
+} braid_config;
+
+#define BRAID_CONFIG_INIT {sizeof(braid_config), NULL, -1, -1, -1.0, -1.0}
+
+BRAID_API const char *braid_version(void); /* "MAJOR.MINOR.PATCH" of the library in use */
+BRAID_API size_t braid_dtype_size(braid_dtype dtype); /* 0 for an unknown code */
+BRAID_API const char *braid_dtype_name(braid_dtype dtype); /* "f32", ...; NULL if unknown */
+BRAID_API const char *braid_op_name(braid_op op);          /* "sum", ...; NULL if unknown */
+BRAID_API const char *braid_status_string(braid_status st);
+/* Last error message on comm; comm NULL: this thread's last error. Never NULL.
+   The string stays valid until this thread's next call to braid_last_error. */
+BRAID_API const char *braid_last_error(const braid_comm *comm);
+
+BRAID_API braid_status braid_init(const braid_config *cfg, braid_comm **comm); /* cfg NULL: from the environment */
+BRAID_API braid_status braid_destroy(braid_comm *comm);
+/* Fails the communicator: every blocked or later call returns BRAID_ERR_ABORTED.
+   Safe from any thread at any time; local (other ranks notice through their own
+   liveness checks). Release the communicator with braid_destroy. */
+BRAID_API braid_status braid_abort(braid_comm *comm);
+BRAID_API int braid_world_size(const braid_comm *comm); /* -1 if comm is NULL */
+BRAID_API int braid_rank(const braid_comm *comm);       /* -1 if comm is NULL */
+BRAID_API const char *braid_backend(const braid_comm *comm); /* "self", "shm", "tcp", ...; NULL if comm is NULL */
+
+/* In place: buf holds count elements on every rank. */
+BRAID_API braid_status braid_all_reduce(braid_comm *c, void *buf, size_t count, braid_dtype dt, braid_op op);
+BRAID_API braid_status braid_broadcast(braid_comm *c, void *buf, size_t count, braid_dtype dt, int root);
+/* Rank r's count elements land at recv + r*count; in place when send == recv + rank*count. */
+BRAID_API braid_status braid_all_gather(braid_comm *c, const void *send, void *recv, size_t count,
+                                        braid_dtype dt);
+/* send holds count*world_size elements; rank r receives reduced chunk r;
+   in place when recv == send + rank*count. */
+BRAID_API braid_status braid_reduce_scatter(braid_comm *c, const void *send, void *recv, size_t count,
+                                            braid_dtype dt, braid_op op);
+/* Non-blocking: buffers may be reused / read after braid_sync or braid_barrier.
+   Messages of one (source, tag) pair arrive in the order sent. */
+BRAID_API braid_status braid_send(braid_comm *c, const void *buf, size_t count, braid_dtype dt, int dest,
+                                  uint32_t tag);
+BRAID_API braid_status braid_recv(braid_comm *c, void *buf, size_t count, braid_dtype dt, int src,
+                                  uint32_t tag);
+/* Completes every pending operation of this rank on c. */
+BRAID_API braid_status braid_sync(braid_comm *c);
+/* Implies braid_sync, then waits until every rank has reached the barrier. */
+BRAID_API braid_status braid_barrier(braid_comm *c);
+/* Collective. Same color -> same new communicator, ranked by (key, old rank);
+   color BRAID_SPLIT_NONE -> *out = NULL. */
+BRAID_API braid_status braid_split(braid_comm *c, uint32_t color, uint32_t key, braid_comm **out);
+
+/* CUDA stream/event synchronization for compute/communication overlap.
+   Backends without a communication stream return false / BRAID_ERR_UNSUPPORTED.
+   Events and streams are opaque handles (cudaEvent_t / cudaStream_t values). */
+BRAID_API bool braid_has_stream_sync(const braid_comm *c);
+BRAID_API braid_status braid_event_create(braid_comm *c, uint64_t *event); /* timing disabled */
+BRAID_API braid_status braid_event_destroy(braid_comm *c, uint64_t event);
+BRAID_API braid_status braid_event_record_on_comm_stream(braid_comm *c, uint64_t event);
+BRAID_API braid_status braid_event_record_on_stream(braid_comm *c, uint64_t event, uint64_t stream);
+BRAID_API braid_status braid_comm_stream_wait_event(braid_comm *c, uint64_t event);
+BRAID_API braid_status braid_stream_wait_event(braid_comm *c, uint64_t stream, uint64_t event);
+BRAID_API braid_status braid_sync_comm_stream(braid_comm *c);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* BRAID_H */

@@ -1,0 +1,66 @@
+/*
+ * Rendezvous key-value store: a TCP server (one thread, poll-based) and a
+ * blocking client. Every connection is authenticated with the job token by an
+ * HMAC-SHA-256 challenge-response; without a token the server binds and
+ * accepts loopback only. Keys are strings, values are bytes; every length is
+ * bounded (BRAID__STORE_MAX_KEY, BRAID__STORE_MAX_VALUE).
+ *
+ * A client is used by one thread at a time. Errors return a status and write
+ * a sentence to the client's error buffer (braid__store_error).
+ */
+#ifndef BRAID_STORE_H
+#define BRAID_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "braid.h"
+
+#define BRAID__STORE_MAX_KEY 1024
+#define BRAID__STORE_MAX_VALUE (16u << 20)
+#define BRAID__TOKEN_LEN 32
+
+typedef struct braid__store_server braid__store_server;
+typedef struct braid__store braid__store;
+
+/* Starts a server thread. host: address to bind ("0.0.0.0", "127.0.0.1", "::",
+   a name; NULL = all interfaces with a token, loopback without); port 0 picks
+   a free port. token NULL: loopback only (and the server logs that). */
+braid_status braid__store_server_start(const char *host, int port, const uint8_t *token, size_t token_len,
+                                       braid__store_server **out, char *err, size_t errlen);
+int braid__store_server_port(const braid__store_server *s);
+/* Stops the thread, closes every connection, frees everything. */
+void braid__store_server_stop(braid__store_server *s);
+
+/* Connects and authenticates, retrying refused/unreachable connections with
+   backoff until the absolute monotonic deadline (INFINITY: forever). */
+braid_status braid__store_connect(const char *host, int port, const uint8_t *token, size_t token_len,
+                                  double deadline, braid__store **out, char *err, size_t errlen);
+void braid__store_close(braid__store *st);
+/* A second connection with the same address, token and prefix (split children). */
+braid_status braid__store_clone(const braid__store *st, double deadline, braid__store **out, char *err,
+                                size_t errlen);
+/* Prefix prepended to every key of this client (namespaces: jobs, split communicators). */
+braid_status braid__store_set_prefix(braid__store *st, const char *prefix);
+const char *braid__store_error(const braid__store *st);
+
+braid_status braid__store_set(braid__store *st, const char *key, const void *val, size_t len);
+/* Blocks until key exists or the deadline passes (BRAID_ERR_TIMEOUT). *val is malloc'd; free it. */
+braid_status braid__store_get(braid__store *st, const char *key, void **val, size_t *len, double deadline);
+/* Atomic counter: adds delta (a missing key counts as 0) and returns the new value. */
+braid_status braid__store_add(braid__store *st, const char *key, int64_t delta, int64_t *result);
+/* Sets key to desired if its value equals expected (expected NULL: only if the key is missing).
+   *swapped says whether it did; the current value is returned in *cur (malloc'd, may be NULL). */
+braid_status braid__store_cas(braid__store *st, const char *key, const void *expected, size_t elen,
+                              const void *desired, size_t dlen, int *swapped, void **cur, size_t *curlen);
+braid_status braid__store_delete(braid__store *st, const char *key, int *existed);
+/* Blocks until every key exists or the deadline passes; on timeout *present
+   (array of n, may be NULL) says which keys exist. */
+braid_status braid__store_wait(braid__store *st, const char *const *keys, int n, double deadline, int *present);
+
+/* Token helpers: BRAID_TOKEN is 64 hex digits (32 bytes). */
+int braid__token_parse(const char *hex, uint8_t out[BRAID__TOKEN_LEN]);
+void braid__token_format(const uint8_t tok[BRAID__TOKEN_LEN], char hex[2 * BRAID__TOKEN_LEN + 1]);
+int braid__token_generate(uint8_t out[BRAID__TOKEN_LEN]);
+
+#endif

@@ -1,0 +1,230 @@
+#include "harness.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+int bt_rank = -1;
+
+void bt_report(const char *file, int line, const char *fmt, ...) {
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (bt_rank >= 0)
+    fprintf(stderr, "[rank %d] %s:%d: %s\n", bt_rank, file, line, msg);
+  else
+    fprintf(stderr, "%s:%d: %s\n", file, line, msg);
+  fflush(stderr);
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void describe_status(char *out, size_t len, int status) {
+  if (WIFEXITED(status))
+    snprintf(out, len, "exited with code %d", WEXITSTATUS(status));
+  else if (WIFSIGNALED(status))
+    snprintf(out, len, "killed by signal %d (%s)", WTERMSIG(status), strsignal(WTERMSIG(status)));
+  else
+    snprintf(out, len, "ended with wait status %d", status);
+}
+
+/* Waits for every pid until the deadline; kills the rest after it.
+   status[i] receives each wait status, timed_out[i] whether we killed it. */
+static void reap_all(pid_t *pids, int n, double deadline, int *status, int *timed_out) {
+  int left = n;
+  for (int i = 0; i < n; i++) timed_out[i] = 0;
+  while (left > 0) {
+    int progressed = 0;
+    for (int i = 0; i < n; i++) {
+      if (!pids[i]) continue;
+      int st;
+      pid_t r = waitpid(pids[i], &st, WNOHANG);
+      if (r == pids[i]) {
+        status[i] = st;
+        pids[i] = 0;
+        left--;
+        progressed = 1;
+      }
+    }
+    if (left == 0) break;
+    if (now_s() >= deadline) {
+      for (int i = 0; i < n; i++) {
+        if (!pids[i]) continue;
+        kill(pids[i], SIGKILL);
+        int st = 0;
+        while (waitpid(pids[i], &st, 0) < 0 && errno == EINTR) {
+        }
+        status[i] = st;
+        timed_out[i] = 1;
+        pids[i] = 0;
+      }
+      break;
+    }
+    if (!progressed) usleep(2000);
+  }
+}
+
+static void set_env_int(const char *name, int v) {
+  char buf[32];
+  snprintf(buf, sizeof buf, "%d", v);
+  setenv(name, buf, 1);
+}
+
+static int rank_main(const bt_run_opts *o, int rank, bt_body body, void *arg) {
+  bt_rank = rank;
+  if (!o->backend) return body(NULL, rank, o->nranks, arg) ? 1 : 0; /* harness self-tests */
+  setenv("BRAID_BACKEND", o->backend, 1);
+  set_env_int("BRAID_RANK", rank);
+  set_env_int("BRAID_WORLD_SIZE", o->nranks);
+  for (const char *const *e = o->env; e && *e; e++) putenv((char *)*e);
+  braid_comm *c = NULL;
+  braid_status st = braid_init(NULL, &c);
+  if (st != BRAID_OK) {
+    bt_report(__FILE__, __LINE__, "braid_init failed: %s: %s", braid_status_string(st), braid_last_error(NULL));
+    return 2;
+  }
+  int rc = body(c, rank, o->nranks, arg);
+  st = braid_destroy(c);
+  if (st != BRAID_OK) {
+    bt_report(__FILE__, __LINE__, "braid_destroy failed: %s", braid_status_string(st));
+    return rc ? rc : 3;
+  }
+  return rc ? 1 : 0;
+}
+
+int bt_run_ranks_ex(const bt_run_opts *o, bt_body body, void *arg, bt_rank_result *results) {
+  int n = o->nranks;
+  double timeout = o->timeout_s > 0 ? o->timeout_s : 60.0;
+  pid_t *pids = calloc((size_t)n, sizeof *pids);
+  int *status = calloc((size_t)n, sizeof *status);
+  int *timed_out = calloc((size_t)n, sizeof *timed_out);
+  if (!pids || !status || !timed_out) {
+    fprintf(stderr, "harness: out of memory\n");
+    exit(99);
+  }
+  fflush(NULL);
+  for (int r = 0; r < n; r++) {
+    pid_t p = fork();
+    if (p < 0) {
+      perror("harness: fork");
+      for (int i = 0; i < r; i++) kill(pids[i], SIGKILL);
+      exit(99);
+    }
+    if (p == 0) {
+      int rc = rank_main(o, r, body, arg);
+      fflush(NULL);
+      _exit(rc);
+    }
+    pids[r] = p;
+  }
+  reap_all(pids, n, now_s() + timeout, status, timed_out);
+  int failed = 0;
+  for (int r = 0; r < n; r++) {
+    int ok = !timed_out[r] && WIFEXITED(status[r]) && WEXITSTATUS(status[r]) == 0;
+    if (results) {
+      results[r].exited = WIFEXITED(status[r]);
+      results[r].code = WIFEXITED(status[r]) ? WEXITSTATUS(status[r]) : WTERMSIG(status[r]);
+      results[r].timed_out = timed_out[r];
+    }
+    if (ok) continue;
+    failed = 1;
+    if (r == o->expect_fail_rank) continue;
+    char how[128];
+    if (timed_out[r])
+      snprintf(how, sizeof how, "did not finish within %g s and was killed", timeout);
+    else
+      describe_status(how, sizeof how, status[r]);
+    fprintf(stderr, "harness: %s backend, %d ranks: rank %d %s\n", o->backend ? o->backend : "no", n, r, how);
+  }
+  free(pids);
+  free(status);
+  free(timed_out);
+  return failed;
+}
+
+int bt_run_ranks(const char *backend, int nranks, double timeout_s, bt_body body, void *arg) {
+  bt_run_opts o = {backend, nranks, timeout_s, NULL, -1};
+  return bt_run_ranks_ex(&o, body, arg, NULL);
+}
+
+int bt_backends(const char **names, int *max_ranks, int cap) {
+  static const struct {
+    const char *name;
+    int max_ranks;
+  } built[] = {{"self", 1}};
+  const char *want = getenv("BRAID_TEST_BACKENDS");
+  int n = 0;
+  for (size_t i = 0; i < sizeof(built) / sizeof(built[0]) && n < cap; i++) {
+    if (want && *want) {
+      /* Exact item match in the comma list. */
+      size_t len = strlen(built[i].name);
+      const char *p = want;
+      int found = 0;
+      while ((p = strstr(p, built[i].name))) {
+        if ((p == want || p[-1] == ',') && (p[len] == 0 || p[len] == ',')) found = 1;
+        p += len;
+      }
+      if (!found) continue;
+    }
+    names[n] = built[i].name;
+    max_ranks[n] = built[i].max_ranks;
+    n++;
+  }
+  return n;
+}
+
+int bt_main(int argc, char **argv, const bt_case *cases, size_t ncases) {
+  const char *filter = argc > 1 ? argv[1] : NULL;
+  int passed = 0, failed = 0, skipped = 0;
+  for (size_t i = 0; i < ncases; i++) {
+    if (filter && !strstr(cases[i].name, filter)) {
+      skipped++;
+      continue;
+    }
+    double timeout = cases[i].timeout_s > 0 ? cases[i].timeout_s : 120.0;
+    double t0 = now_s();
+    fflush(NULL);
+    pid_t p = fork();
+    if (p < 0) {
+      perror("fork");
+      return 99;
+    }
+    if (p == 0) {
+      int rc = cases[i].fn();
+      fflush(NULL);
+      _exit(rc ? 1 : 0);
+    }
+    int status = 0, timed_out = 0;
+    reap_all(&p, 1, t0 + timeout, &status, &timed_out);
+    double dt = now_s() - t0;
+    if (!timed_out && WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+      printf("ok   %-40s %8.3f s\n", cases[i].name, dt);
+      passed++;
+    } else {
+      char how[128];
+      if (timed_out)
+        snprintf(how, sizeof how, "timed out after %g s", timeout);
+      else
+        describe_status(how, sizeof how, status);
+      printf("FAIL %-40s %8.3f s  (%s)\n", cases[i].name, dt, how);
+      failed++;
+    }
+    fflush(stdout);
+  }
+  if (skipped)
+    printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
+  else
+    printf("%d passed, %d failed\n", passed, failed);
+  return failed ? 1 : 0;
+}

@@ -112,9 +112,14 @@ typedef struct braid_config {
   int world_size;           /* -1: BRAID_WORLD_SIZE, else 1 */
   double timeout_s;         /* < 0: BRAID_TIMEOUT, else 300; 0 waits forever */
   double destroy_timeout_s; /* < 0: BRAID_DESTROY_TIMEOUT, else 5: bound of destroy's final sync */
+  const char *store_addr;   /* "host:port" of the rendezvous store; NULL: BRAID_STORE or the launcher's */
+  const char *token_hex;    /* job token, 64 hex digits; NULL: BRAID_TOKEN, else none (loopback only) */
+  int local_rank;           /* -1: BRAID_LOCAL_RANK or the launcher's, else derived at rendezvous */
+  int local_size;           /* -1: BRAID_LOCAL_SIZE or the launcher's (set with local_rank) */
+  double init_timeout_s;    /* < 0: BRAID_INIT_TIMEOUT, else 60: bound of the rendezvous; 0 waits forever */
 } braid_config;
 
-#define BRAID_CONFIG_INIT {sizeof(braid_config), NULL, -1, -1, -1.0, -1.0}
+#define BRAID_CONFIG_INIT {sizeof(braid_config), NULL, -1, -1, -1.0, -1.0, NULL, NULL, -1, -1, -1.0}
 
 BRAID_API const char *braid_version(void); /* "MAJOR.MINOR.PATCH" of the library in use */
 BRAID_API size_t braid_dtype_size(braid_dtype dtype); /* 0 for an unknown code */

@@ -31,6 +31,13 @@ braid_status braid__store_server_start(const char *host, int port, const uint8_t
 int braid__store_server_port(const braid__store_server *s);
 /* Stops the thread, closes every connection, frees everything. */
 void braid__store_server_stop(braid__store_server *s);
+/* Bounds of a running server; a value <= 0 keeps the current one. Defaults: an
+   incomplete frame must complete within 10 s (plus 1 s per MiB it declares),
+   authentication within 5 s of connecting; at most 4096 connections and 1 GiB
+   stored (keys + values + 64 bytes per key; past it SET fails with
+   BRAID_ERR_NO_MEMORY). */
+void braid__store_server_set_limits(braid__store_server *s, double frame_timeout_s, double auth_timeout_s,
+                                    int max_conns, size_t max_bytes);
 
 /* Connects and authenticates, retrying refused/unreachable connections with
    backoff until the absolute monotonic deadline (INFINITY: forever). */
@@ -43,14 +50,20 @@ braid_status braid__store_clone(const braid__store *st, double deadline, braid__
 /* Prefix prepended to every key of this client (namespaces: jobs, split communicators). */
 braid_status braid__store_set_prefix(braid__store *st, const char *prefix);
 const char *braid__store_error(const braid__store *st);
+/* How long SET, ADD, CAS and DELETE (which take no deadline) wait for their
+   reply: default 300 s; 0 waits forever. */
+void braid__store_set_op_timeout(braid__store *st, double timeout_s);
 
 braid_status braid__store_set(braid__store *st, const char *key, const void *val, size_t len);
 /* Blocks until key exists or the deadline passes (BRAID_ERR_TIMEOUT). *val is malloc'd; free it. */
 braid_status braid__store_get(braid__store *st, const char *key, void **val, size_t *len, double deadline);
-/* Atomic counter: adds delta (a missing key counts as 0) and returns the new value. */
+/* Atomic counter: adds delta (a missing key counts as 0) and returns the new value.
+   The value is stored as decimal text ("42"), so GET reads it and SET "5" seeds
+   it; arithmetic wraps like int64. ADD on a non-decimal value: INVALID_ARG. */
 braid_status braid__store_add(braid__store *st, const char *key, int64_t delta, int64_t *result);
 /* Sets key to desired if its value equals expected (expected NULL: only if the key is missing).
-   *swapped says whether it did; the current value is returned in *cur (malloc'd, may be NULL). */
+   *swapped says whether it did; the value after the operation (desired when
+   swapped) is returned in *cur (malloc'd; NULL when the key is missing; cur may be NULL). */
 braid_status braid__store_cas(braid__store *st, const char *key, const void *expected, size_t elen,
                               const void *desired, size_t dlen, int *swapped, void **cur, size_t *curlen);
 braid_status braid__store_delete(braid__store *st, const char *key, int *existed);

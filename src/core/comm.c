@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bootstrap/bootstrap.h"
 #include "core/dtype.h"
 #include "core/params.h"
 #include "core/reduce.h"
@@ -57,7 +58,7 @@ const char *braid_last_error(const braid_comm *comm) {
 
 /* ---------------------------------------------------------------- registry */
 
-static const braid__backend_ops *const backends[] = {&braid__self_ops};
+static const braid__backend_ops *const backends[] = {&braid__self_ops, &braid__shm_ops};
 
 const braid__backend_ops *braid__backend_find(const char *name) {
   for (size_t i = 0; i < sizeof(backends) / sizeof(backends[0]); i++)
@@ -215,45 +216,51 @@ braid_status braid_init(const braid_config *cfg, braid_comm **out) {
     memcpy(&def, cfg, cfg->struct_size);
   }
   char err[BRAID_ERRLEN];
-  long rank = def.rank, size = def.world_size;
-  if (rank < 0 && braid__env_int("BRAID_RANK", 0, 0, 1 << 24, &rank, err, sizeof err))
-    return init_fail(BRAID_ERR_BOOTSTRAP, -1, "%s", err);
-  if (size < 0 && braid__env_int("BRAID_WORLD_SIZE", 1, 1, 1 << 24, &size, err, sizeof err))
-    return init_fail(BRAID_ERR_BOOTSTRAP, (int)rank, "%s", err);
-  if (size < 1)
-    return init_fail(BRAID_ERR_INVALID_ARG, (int)rank, "world size %ld must be at least 1", size);
-  if (rank >= size)
-    return init_fail(cfg && cfg->rank >= 0 ? BRAID_ERR_INVALID_ARG : BRAID_ERR_BOOTSTRAP, (int)rank,
-                     "rank %ld out of range for world size %ld", rank, size);
-  double timeout = def.timeout_s, dtimeout = def.destroy_timeout_s;
-  if (timeout < 0 && braid__env_seconds("BRAID_TIMEOUT", 300.0, &timeout, err, sizeof err))
-    return init_fail(BRAID_ERR_INVALID_ARG, (int)rank, "%s", err);
-  if (dtimeout < 0 && braid__env_seconds("BRAID_DESTROY_TIMEOUT", 5.0, &dtimeout, err, sizeof err))
-    return init_fail(BRAID_ERR_INVALID_ARG, (int)rank, "%s", err);
-  if (!(timeout >= 0) || !(dtimeout >= 0))
-    return init_fail(BRAID_ERR_INVALID_ARG, (int)rank, "timeouts must be finite and non-negative");
+  /* The backend is looked up first: self never meets peers, so it needs no store. */
   const char *name = def.backend ? def.backend : braid__env("BRAID_BACKEND");
   if (!name) name = "self";
   const braid__backend_ops *ops = braid__backend_find(name);
+  braid__env_overrides ov = {def.rank,     def.world_size, def.local_rank,    def.local_size,
+                             def.store_addr, def.token_hex,  def.init_timeout_s};
+  braid__launch_env env;
+  braid_status st = braid__env_detect(braid__env_getenv, NULL, &ov, ops == &braid__self_ops ? 0 : BRAID__ENV_REQUIRE_STORE,
+                                      &env, err, sizeof err);
+  if (st) return init_fail(st, -1, "%s", err);
+  int rank = env.rank;
+  double timeout = def.timeout_s, dtimeout = def.destroy_timeout_s;
+  if (timeout < 0 && braid__env_seconds("BRAID_TIMEOUT", 300.0, &timeout, err, sizeof err))
+    return init_fail(BRAID_ERR_INVALID_ARG, rank, "%s", err);
+  if (dtimeout < 0 && braid__env_seconds("BRAID_DESTROY_TIMEOUT", 5.0, &dtimeout, err, sizeof err))
+    return init_fail(BRAID_ERR_INVALID_ARG, rank, "%s", err);
+  if (!(timeout >= 0) || !(dtimeout >= 0))
+    return init_fail(BRAID_ERR_INVALID_ARG, rank, "timeouts must be finite and non-negative");
   if (!ops)
-    return init_fail(BRAID_ERR_INVALID_ARG, (int)rank, "unknown backend \"%s\" (built: %s)", name,
+    return init_fail(BRAID_ERR_INVALID_ARG, rank, "unknown backend \"%s\" (built: %s)", name,
                      braid__backend_names());
 
   braid_comm *c = comm_alloc();
-  if (!c) return init_fail(BRAID_ERR_NO_MEMORY, (int)rank, "out of memory for the communicator");
+  if (!c) return init_fail(BRAID_ERR_NO_MEMORY, rank, "out of memory for the communicator");
   c->ops = ops;
-  c->rank = (int)rank;
-  c->size = (int)size;
+  c->rank = rank;
+  c->size = env.world_size;
   c->id = 1;
   c->timeout_s = timeout;
   c->destroy_timeout_s = dtimeout;
+  if (braid__log_enabled(BRAID_LOG_INFO, BRAID_SUB_ENV)) {
+    char desc[BRAID_ERRLEN];
+    braid__env_describe(&env, desc, sizeof desc);
+    BLOG_INFO(BRAID_SUB_ENV, c->rank, "using the %s convention: %s", env.convention, desc);
+  }
   pthread_mutex_lock(&c->lock);
   c->call = "braid_init";
-  braid_status st = ops->init(c);
+  /* self rejects world sizes above 1 in its init; a rendezvous would only delay that. */
+  if (!(ops == &braid__self_ops && c->size > 1)) st = braid__bootstrap_world(c, &env, &c->boot);
+  if (!st) st = ops->init(c);
   c->call = NULL;
   pthread_mutex_unlock(&c->lock);
   if (st) {
     snprintf(tls_error, sizeof tls_error, "%s", c->last_error);
+    braid__bootstrap_free(c, 0);
     comm_free(c);
     return st;
   }
@@ -271,6 +278,7 @@ braid_status braid_destroy(braid_comm *c) {
   double t = atomic_load(&c->failed) ? 0.0 : c->destroy_timeout_s;
   if (c->ops && c->be) c->ops->destroy(c, t);
   c->be = NULL;
+  braid__bootstrap_free(c, t);
   c->call = NULL;
   pthread_mutex_unlock(&c->lock);
   comm_free(c);
@@ -302,7 +310,7 @@ const char *braid_backend(const braid_comm *c) { return c ? c->ops->name : NULL;
 braid_status braid_all_reduce(braid_comm *c, void *buf, size_t count, braid_dtype dt, braid_op op) {
   braid_status st = enter(c, "braid_all_reduce");
   if (st) return st;
-  size_t bytes;
+  size_t bytes = 0;
   TRY(check_dtype_op(c, dt, op));
   TRY(check_buf(c, "buf", buf, count));
   TRY(check_bytes(c, "buf", count, dt, 1, &bytes));
@@ -314,7 +322,7 @@ braid_status braid_all_reduce(braid_comm *c, void *buf, size_t count, braid_dtyp
 braid_status braid_broadcast(braid_comm *c, void *buf, size_t count, braid_dtype dt, int root) {
   braid_status st = enter(c, "braid_broadcast");
   if (st) return st;
-  size_t bytes;
+  size_t bytes = 0;
   TRY(check_dtype(c, dt));
   TRY(check_rank(c, "root", root));
   TRY(check_buf(c, "buf", buf, count));
@@ -327,7 +335,7 @@ braid_status braid_broadcast(braid_comm *c, void *buf, size_t count, braid_dtype
 braid_status braid_all_gather(braid_comm *c, const void *send, void *recv, size_t count, braid_dtype dt) {
   braid_status st = enter(c, "braid_all_gather");
   if (st) return st;
-  size_t bytes, total;
+  size_t bytes = 0, total = 0;
   TRY(check_dtype(c, dt));
   TRY(check_buf(c, "send", send, count));
   TRY(check_buf(c, "recv", recv, count));
@@ -346,7 +354,7 @@ braid_status braid_reduce_scatter(braid_comm *c, const void *send, void *recv, s
                                   braid_op op) {
   braid_status st = enter(c, "braid_reduce_scatter");
   if (st) return st;
-  size_t bytes, total;
+  size_t bytes = 0, total = 0;
   TRY(check_dtype_op(c, dt, op));
   TRY(check_buf(c, "send", send, count));
   TRY(check_buf(c, "recv", recv, count));
@@ -366,7 +374,7 @@ braid_status braid_reduce_scatter(braid_comm *c, const void *send, void *recv, s
 braid_status braid_send(braid_comm *c, const void *buf, size_t count, braid_dtype dt, int dest, uint32_t tag) {
   braid_status st = enter(c, "braid_send");
   if (st) return st;
-  size_t bytes;
+  size_t bytes = 0;
   TRY(check_dtype(c, dt));
   TRY(check_rank(c, "dest", dest));
   TRY(check_buf(c, "buf", buf, count));
@@ -378,7 +386,7 @@ braid_status braid_send(braid_comm *c, const void *buf, size_t count, braid_dtyp
 braid_status braid_recv(braid_comm *c, void *buf, size_t count, braid_dtype dt, int src, uint32_t tag) {
   braid_status st = enter(c, "braid_recv");
   if (st) return st;
-  size_t bytes;
+  size_t bytes = 0;
   TRY(check_dtype(c, dt));
   TRY(check_rank(c, "src", src));
   TRY(check_buf(c, "buf", buf, count));
@@ -462,10 +470,12 @@ braid_status braid_split(braid_comm *c, uint32_t color, uint32_t key, braid_comm
   child->timeout_s = c->timeout_s;
   child->destroy_timeout_s = c->destroy_timeout_s;
   child->call = "braid_split";
-  st = c->ops->split(c, child, members, n);
+  st = braid__bootstrap_split(c, child);
+  if (!st) st = c->ops->split(c, child, members, n);
   child->call = NULL;
   if (st) {
     if (!atomic_load(&c->failed) && child->last_error[0]) braid__fail(c, st, "%s", child->last_error);
+    braid__bootstrap_free(child, 0);
     comm_free(child);
     goto done;
   }

@@ -70,6 +70,7 @@ struct braid_comm {
   uint64_t seq;       /* collectives issued so far (same on every rank) */
   double timeout_s;   /* 0: wait forever */
   double destroy_timeout_s;
+  struct braid__boot *boot; /* rendezvous store and job layout (bootstrap/bootstrap.h) */
 
   pthread_mutex_t lock;   /* serializes calls */
   const char *call;       /* name of the public call in progress (under lock) */
@@ -85,7 +86,8 @@ struct braid_comm {
    "<call>: <text> (rank R)", logged, and stored for braid_last_error. Fatal
    statuses (TIMEOUT, PEER_LOST, ABORTED) make c failed. Returns st. */
 braid_status braid__fail(braid_comm *c, braid_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-braid_status braid__vfail(braid_comm *c, braid_status st, const char *fmt, va_list ap);
+braid_status braid__vfail(braid_comm *c, braid_status st, const char *fmt, va_list ap)
+    __attribute__((format(printf, 3, 0)));
 
 static inline int braid__aborted(const braid_comm *c) {
   return atomic_load_explicit(&((braid_comm *)c)->aborted, memory_order_acquire);
@@ -101,5 +103,6 @@ const braid__backend_ops *braid__backend_find(const char *name);
 const char *braid__backend_names(void);
 
 extern const braid__backend_ops braid__self_ops;
+extern const braid__backend_ops braid__shm_ops;
 
 #endif

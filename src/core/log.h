@@ -30,7 +30,8 @@ typedef enum braid__log_subsys {
 int braid__log_enabled(braid__log_level lvl, braid__log_subsys sub);
 void braid__log_write(braid__log_level lvl, braid__log_subsys sub, int rank, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
-void braid__log_vwrite(braid__log_level lvl, braid__log_subsys sub, int rank, const char *fmt, va_list ap);
+void braid__log_vwrite(braid__log_level lvl, braid__log_subsys sub, int rank, const char *fmt, va_list ap)
+    __attribute__((format(printf, 4, 0)));
 /* Re-reads BRAID_LOG / BRAID_LOG_SUBSYS / BRAID_LOG_FILE (tests change them). */
 void braid__log_reload(void);
 

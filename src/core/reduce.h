@@ -53,4 +53,10 @@ const char *braid__reduce_isa(void);
    success, -1 if this CPU or build lacks it. NULL restores the automatic choice. */
 int braid__reduce_set_isa(const char *isa);
 
+/* braid__reduce writes its output with non-temporal stores when all of its
+   buffers together (sources and destination) reach this many bytes (default
+   32 MiB; SIZE_MAX: never; 0: always, which tests use). Returns the previous
+   value. The results are the same bits either way. */
+size_t braid__reduce_set_nt_threshold(size_t bytes);
+
 #endif

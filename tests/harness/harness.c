@@ -1,6 +1,7 @@
 #include "harness.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -8,6 +9,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "bootstrap/store.h"
 
 int bt_rank = -1;
 
@@ -81,12 +84,92 @@ static void set_env_int(const char *name, int v) {
   setenv(name, buf, 1);
 }
 
-static int rank_main(const bt_run_opts *o, int rank, bt_body body, void *arg) {
+/* The store process stops when its stop pipe closes, also when the parent dies. */
+int bt_store_start(bt_store *sp) {
+  static int runs;
+  uint8_t tok[BRAID__TOKEN_LEN];
+  if (braid__token_generate(tok) != 0) {
+    fprintf(stderr, "harness: cannot generate a job token\n");
+    return -1;
+  }
+  braid__token_format(tok, sp->token_hex);
+  snprintf(sp->job_id, sizeof sp->job_id, "harness.%ld.%d", (long)getpid(), ++runs);
+  int portp[2], stopp[2];
+  if (pipe2(portp, O_CLOEXEC) != 0) return -1;
+  if (pipe2(stopp, O_CLOEXEC) != 0) {
+    close(portp[0]);
+    close(portp[1]);
+    return -1;
+  }
+  fflush(NULL);
+  pid_t p = fork();
+  if (p < 0) {
+    perror("harness: fork");
+    return -1;
+  }
+  if (p == 0) {
+    close(portp[0]);
+    close(stopp[1]);
+    braid__store_server *srv = NULL;
+    char err[512];
+    int port = -1;
+    if (braid__store_server_start("127.0.0.1", 0, tok, sizeof tok, &srv, err, sizeof err) == BRAID_OK)
+      port = braid__store_server_port(srv);
+    else
+      fprintf(stderr, "harness: cannot start the store: %s\n", err);
+    ssize_t w;
+    do {
+      w = write(portp[1], &port, sizeof port);
+    } while (w < 0 && errno == EINTR);
+    close(portp[1]);
+    if (port < 0) _exit(1);
+    char b;
+    while (read(stopp[0], &b, 1) < 0 && errno == EINTR) {
+    }
+    braid__store_server_stop(srv);
+    _exit(0);
+  }
+  close(portp[1]);
+  close(stopp[0]);
+  sp->pid = p;
+  sp->stop_fd = stopp[1];
+  sp->port = -1;
+  ssize_t n;
+  do {
+    n = read(portp[0], &sp->port, sizeof sp->port);
+  } while (n < 0 && errno == EINTR);
+  close(portp[0]);
+  if (n != (ssize_t)sizeof sp->port || sp->port <= 0) {
+    close(sp->stop_fd);
+    waitpid(p, NULL, 0);
+    return -1;
+  }
+  return 0;
+}
+
+void bt_store_stop(bt_store *sp) {
+  close(sp->stop_fd);
+  int st, timed_out;
+  reap_all(&sp->pid, 1, now_s() + 10.0, &st, &timed_out);
+}
+
+static int rank_main(const bt_run_opts *o, int rank, bt_body body, void *arg, const bt_store *sp) {
   bt_rank = rank;
   if (!o->backend) return body(NULL, rank, o->nranks, arg) ? 1 : 0; /* harness self-tests */
   setenv("BRAID_BACKEND", o->backend, 1);
   set_env_int("BRAID_RANK", rank);
   set_env_int("BRAID_WORLD_SIZE", o->nranks);
+  if (sp) {
+    char addr[64];
+    close(sp->stop_fd); /* only the parent may stop the store */
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", sp->port);
+    setenv("BRAID_STORE", addr, 1);
+    setenv("BRAID_STORE_EXTERNAL", "1", 1);
+    setenv("BRAID_TOKEN", sp->token_hex, 1);
+    setenv("BRAID_JOB_ID", sp->job_id, 1);
+    set_env_int("BRAID_LOCAL_RANK", rank);
+    set_env_int("BRAID_LOCAL_SIZE", o->nranks);
+  }
   for (const char *const *e = o->env; e && *e; e++) putenv((char *)*e);
   braid_comm *c = NULL;
   braid_status st = braid_init(NULL, &c);
@@ -113,6 +196,15 @@ int bt_run_ranks_ex(const bt_run_opts *o, bt_body body, void *arg, bt_rank_resul
     fprintf(stderr, "harness: out of memory\n");
     exit(99);
   }
+  /* Multi-rank runs with a communicator meet through a real store. */
+  bt_store store, *sp = NULL;
+  if (o->backend && n > 1) {
+    if (bt_store_start(&store) != 0) {
+      fprintf(stderr, "harness: could not start the rendezvous store\n");
+      exit(99);
+    }
+    sp = &store;
+  }
   fflush(NULL);
   for (int r = 0; r < n; r++) {
     pid_t p = fork();
@@ -122,13 +214,14 @@ int bt_run_ranks_ex(const bt_run_opts *o, bt_body body, void *arg, bt_rank_resul
       exit(99);
     }
     if (p == 0) {
-      int rc = rank_main(o, r, body, arg);
+      int rc = rank_main(o, r, body, arg, sp);
       fflush(NULL);
       _exit(rc);
     }
     pids[r] = p;
   }
   reap_all(pids, n, now_s() + timeout, status, timed_out);
+  if (sp) bt_store_stop(sp);
   int failed = 0;
   for (int r = 0; r < n; r++) {
     int ok = !timed_out[r] && WIFEXITED(status[r]) && WEXITSTATUS(status[r]) == 0;
@@ -162,7 +255,7 @@ int bt_backends(const char **names, int *max_ranks, int cap) {
   static const struct {
     const char *name;
     int max_ranks;
-  } built[] = {{"self", 1}};
+  } built[] = {{"self", 1}, {"shm", 16}};
   const char *want = getenv("BRAID_TEST_BACKENDS");
   int n = 0;
   for (size_t i = 0; i < sizeof(built) / sizeof(built[0]) && n < cap; i++) {

@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/types.h>
 
 #include "braid.h"
 
@@ -80,6 +81,26 @@ typedef struct bt_rank_result {
 int bt_run_ranks(const char *backend, int nranks, double timeout_s, bt_body body, void *arg);
 /* Same with options; results (array of nranks, may be NULL) receives each rank's outcome. */
 int bt_run_ranks_ex(const bt_run_opts *opts, bt_body body, void *arg, bt_rank_result *results);
+
+/*
+ * A rendezvous store (token-protected, loopback, kernel-chosen port) in its
+ * own forked process. bt_run_ranks_ex starts one for every run with a backend
+ * and more than one rank, and gives each rank BRAID_STORE, BRAID_TOKEN,
+ * BRAID_STORE_EXTERNAL=1, BRAID_JOB_ID, BRAID_LOCAL_RANK and BRAID_LOCAL_SIZE
+ * (opts->env may override them). A process rather than a thread, so ranks
+ * fork from a single-threaded parent: they run the body without exec.
+ */
+typedef struct bt_store {
+  pid_t pid;
+  int stop_fd; /* write end of the stop pipe; closing it stops the store */
+  int port;
+  char token_hex[65];
+  char job_id[64];
+} bt_store;
+
+/* 0 on success; call before forking ranks. */
+int bt_store_start(bt_store *s);
+void bt_store_stop(bt_store *s);
 
 /* Backends the rank tests run on, from BRAID_TEST_BACKENDS (comma list) or
    every built backend; *max_ranks[i] is the largest world size each supports

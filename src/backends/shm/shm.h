@@ -1,0 +1,125 @@
+/* Backend "shm": ranks of one host communicating through a shared-memory
+   segment per communicator, with single-copy (CMA) transfers for large data.
+   Internal layout shared by shm.c (segment, waiting, collectives) and
+   shm_p2p.c (tagged send/recv). */
+#ifndef BRAID_SHM_H
+#define BRAID_SHM_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "core/comm.h"
+
+#define SHM_CL 64
+#define SHM_SLOT_BYTES (16u << 10)             /* per rank, two of them (collective parity) */
+#define SHM_SLOT_DATA (SHM_SLOT_BYTES - 64u)   /* payload of the flat small-message scheme */
+#define SHM_RING_BYTES (64u << 10)             /* per ordered pair of ranks */
+#define SHM_EAGER_MAX (8u << 10)               /* larger sends go by rendezvous */
+#define SHM_FRAG (16u << 10)                   /* data fragment when streaming through a ring */
+
+/* Failure kinds published in the segment so every rank stops waiting. */
+enum { SHM_FAIL_DIED = 1, SHM_FAIL_ABORTED = 2, SHM_FAIL_FAILED = 3 };
+
+typedef struct shm_hdr {
+  _Atomic uint64_t magic; /* written last by the creator */
+  uint32_t n;
+  int32_t creator_pid;
+  uint64_t total, staging;
+  uint64_t off_ctl, off_slots, off_staging, off_rings;
+  _Alignas(SHM_CL) _Atomic uint32_t attached;
+  _Atomic uint32_t unlinked;
+  _Alignas(SHM_CL) _Atomic uint64_t fail; /* kind << 48 | origin << 24 | peer */
+} shm_hdr;
+
+/* One per rank, three cache lines: the phase flag (with the addresses it
+   publishes), the sleep doorbell, and rarely written identity. */
+typedef struct shm_ctl {
+  _Alignas(SHM_CL) _Atomic uint64_t flag;
+  uint64_t addr[2];
+  _Alignas(SHM_CL) _Atomic uint32_t futex;
+  _Atomic uint32_t sleeping;
+  _Alignas(SHM_CL) int32_t pid;
+  _Atomic uint32_t left;   /* braid_destroy ran: exiting afterwards is not a failure */
+  _Atomic uint32_t cma_ok; /* 1: could read the next rank's memory, 2: could not */
+  uint32_t pad;
+  uint64_t probe_addr;
+} shm_ctl;
+
+typedef struct shm_ring {
+  _Alignas(SHM_CL) _Atomic uint64_t head; /* producer */
+  _Alignas(SHM_CL) _Atomic uint64_t tail; /* consumer */
+  _Alignas(SHM_CL) char data[];
+} shm_ring;
+
+typedef struct shm_sendop shm_sendop;
+typedef struct shm_recvop shm_recvop;
+typedef struct shm_umsg shm_umsg;
+typedef struct shm_ctrl shm_ctrl;
+
+typedef struct shm_state {
+  char *base;
+  size_t total;
+  shm_hdr *hdr;
+  int n, me;
+  int cma;             /* all ranks agreed on single-copy */
+  size_t staging;      /* bytes per rank */
+  size_t cma_min;      /* collectives of at least this many bytes use single copy */
+  pid_t *pids;
+  int *pidfds;         /* -1 where pidfd_open is unavailable */
+  uint64_t ph;         /* my phase flag value */
+  uint64_t cseq;       /* collectives run (slot parity) */
+  uint64_t round;      /* staging rounds run (staging-half parity) */
+  unsigned spin_limit;
+  double yield_s;
+  char *tmp;           /* CMA landing buffers, n-1 of tmp_each bytes */
+  size_t tmp_each;
+  /* point to point */
+  shm_sendop *sends, **sends_tail;
+  shm_recvop *recvs, **recvs_tail;
+  shm_umsg *umsgs, **umsgs_tail;
+  shm_ctrl **ctrl_q;   /* per destination: control records waiting for ring space */
+  uint64_t next_id;
+  int npending;        /* unfinished sends + receives */
+  int in_progress;
+  braid_status deferred;
+  char deferred_msg[320];
+} shm_state;
+
+static inline shm_ctl *shm_ctl_of(shm_state *s, int r) {
+  return (shm_ctl *)(s->base + s->hdr->off_ctl) + r;
+}
+static inline shm_ring *shm_ring_of(shm_state *s, int src, int dst) {
+  return (shm_ring *)(s->base + s->hdr->off_rings +
+                      ((size_t)src * (size_t)s->n + (size_t)dst) * (sizeof(shm_ring) + SHM_RING_BYTES));
+}
+
+/* Waiting: spin with pause, then yield, then sleep on this rank's futex. */
+typedef struct shm_wait {
+  unsigned spins;
+  int armed;
+  uint32_t fval;
+  double start, deadline, next_live;
+} shm_wait;
+
+void shm_wait_begin(shm_wait *w);
+braid_status shm_wait_step(braid_comm *c, shm_state *s, shm_wait *w, int peer, const char *what);
+void shm_wait_end(shm_state *s, shm_wait *w);
+/* After publishing something: wakes every peer that announced it sleeps. */
+void shm_wake_peers(shm_state *s);
+void shm_wake_one(shm_state *s, int q);
+
+/* Single-copy transfers; fail with PEER_LOST when the peer is gone. */
+braid_status shm_cma_read(braid_comm *c, shm_state *s, int q, void *local, uint64_t remote, size_t len);
+
+/* shm_p2p.c */
+braid_status shm_p2p_send(braid_comm *c, const void *buf, size_t count, braid_dtype dt, int dest, uint32_t tag);
+braid_status shm_p2p_recv(braid_comm *c, void *buf, size_t count, braid_dtype dt, int src, uint32_t tag);
+braid_status shm_p2p_sync(braid_comm *c, double timeout_s, int quiet);
+/* Moves whatever can move without waiting; only fatal errors are returned,
+   others are kept for the next sync. */
+braid_status shm_p2p_progress(braid_comm *c, shm_state *s);
+void shm_p2p_free(braid_comm *c, shm_state *s);
+
+#endif

@@ -1,0 +1,484 @@
+/* Tagged point-to-point for the shm backend. Every ordered pair of ranks has a
+   single-producer single-consumer ring in the segment. Small messages are
+   copied into it at once (eager); large ones post a descriptor (address and
+   length in the sender's memory) that the receiver pulls with one
+   process_vm_readv and acknowledges, or, without single copy, answers with a
+   clear-to-send after which the sender streams fragments through the ring.
+   Progress happens in send/recv/sync and in every collective wait, so a
+   symmetric exchange never deadlocks. */
+#include <errno.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/shm/shm.h"
+#include "os/time.h"
+
+enum { REC_PAD = 1, REC_EAGER, REC_RTS, REC_ACK, REC_CTS, REC_DATA };
+enum { S_QUEUED, S_WAIT, S_STREAM };
+enum { R_POSTED, R_STREAM };
+
+typedef struct shm_rec {
+  uint32_t kind, tag;
+  uint64_t len; /* payload bytes that follow the 64-byte header */
+  uint64_t id;
+  uint64_t count;
+  uint32_t dt, pad;
+  uint64_t addr;  /* RTS: sender's address; DATA: offset in the message */
+  uint64_t total; /* RTS: message bytes */
+} shm_rec;
+_Static_assert(sizeof(shm_rec) <= 64, "record header fits a cache line");
+
+struct shm_sendop {
+  shm_sendop *next;
+  uint64_t id;
+  int dest, state;
+  uint32_t tag;
+  braid_dtype dt;
+  size_t count, bytes, sent;
+  const char *buf;
+};
+
+struct shm_recvop {
+  shm_recvop *next;
+  uint64_t id;
+  int src, state;
+  uint32_t tag;
+  braid_dtype dt;
+  size_t count, bytes, got;
+  char *buf;
+};
+
+struct shm_umsg {
+  shm_umsg *next;
+  int src, rndv;
+  uint32_t tag;
+  braid_dtype dt;
+  size_t count, bytes;
+  uint64_t id, addr;
+  char *data;
+};
+
+struct shm_ctrl {
+  shm_ctrl *next;
+  shm_rec rec;
+};
+
+static size_t rup64(size_t x) { return (x + 63) & ~(size_t)63; }
+
+static void describe(char *out, size_t len, size_t count, braid_dtype dt) {
+  snprintf(out, len, "%zu elements of %s (%zu bytes)", count, braid_dtype_name(dt), count * braid_dtype_size(dt));
+}
+
+static void mismatch_text(char *out, size_t len, int src, uint32_t tag, size_t mc, braid_dtype md, size_t rc,
+                          braid_dtype rd) {
+  char got[96], want[96];
+  describe(got, sizeof got, mc, md);
+  describe(want, sizeof want, rc, rd);
+  snprintf(out, len, "message from rank %d with tag %u has %s but the receive expects %s", src, tag, got, want);
+}
+
+static void defer(shm_state *s, braid_status st, const char *msg) {
+  if (s->deferred) return;
+  s->deferred = st;
+  snprintf(s->deferred_msg, sizeof s->deferred_msg, "%s", msg);
+}
+
+/* ---------------------------------------------------------------- rings */
+
+static int ring_put(shm_state *s, int dst, const shm_rec *h, const void *payload, size_t len) {
+  shm_ring *r = shm_ring_of(s, s->me, dst);
+  uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
+  uint64_t tail = atomic_load_explicit(&r->tail, memory_order_acquire);
+  size_t need = 64 + rup64(len);
+  size_t pos = (size_t)(head % SHM_RING_BYTES), contig = SHM_RING_BYTES - pos;
+  size_t pad = contig < need ? contig : 0;
+  if (SHM_RING_BYTES - (size_t)(head - tail) < pad + need) return 0;
+  if (pad) {
+    shm_rec p = {.kind = REC_PAD, .len = contig - 64};
+    memcpy(r->data + pos, &p, sizeof p);
+    head += pad;
+    pos = 0;
+  }
+  memcpy(r->data + pos, h, sizeof *h);
+  if (len) memcpy(r->data + pos + 64, payload, len);
+  atomic_store_explicit(&r->head, head + need, memory_order_release);
+  atomic_thread_fence(memory_order_seq_cst);
+  shm_wake_one(s, dst);
+  return 1;
+}
+
+static void remove_send(shm_state *s, shm_sendop **link) {
+  shm_sendop *o = *link;
+  *link = o->next;
+  if (s->sends_tail == &o->next) s->sends_tail = link;
+  free(o);
+  s->npending--;
+}
+
+static void remove_recv(shm_state *s, shm_recvop **link) {
+  shm_recvop *o = *link;
+  *link = o->next;
+  if (s->recvs_tail == &o->next) s->recvs_tail = link;
+  free(o);
+  s->npending--;
+}
+
+static braid_status queue_ctrl(braid_comm *c, shm_state *s, int dst, uint32_t kind, uint64_t id) {
+  shm_rec h = {.kind = kind, .id = id};
+  if (!s->ctrl_q[dst] && ring_put(s, dst, &h, NULL, 0)) return BRAID_OK;
+  shm_ctrl *k = calloc(1, sizeof *k);
+  if (!k) return braid__fail(c, BRAID_ERR_NO_MEMORY, "out of memory queueing a control record");
+  k->rec = h;
+  shm_ctrl **link = &s->ctrl_q[dst];
+  while (*link) link = &(*link)->next;
+  *link = k;
+  return BRAID_OK;
+}
+
+/* Pulls a rendezvous message into buf and acknowledges it (single copy). */
+static braid_status pull(braid_comm *c, shm_state *s, int src, uint64_t id, uint64_t addr, char *buf, size_t bytes,
+                         uint32_t tag) {
+  if (atomic_load(&shm_ctl_of(s, src)->left))
+    return braid__fail(c, BRAID_ERR_PEER_LOST,
+                       "rank %d destroyed its communicator before its %zu-byte message with tag %u was received", src,
+                       bytes, tag);
+  braid_status st = shm_cma_read(c, s, src, buf, addr, bytes);
+  if (st) return st;
+  return queue_ctrl(c, s, src, REC_ACK, id);
+}
+
+/* A message (eager payload or rendezvous descriptor) from src meets the
+   posted receives; unmatched, it is queued as unexpected. */
+static braid_status deliver(braid_comm *c, shm_state *s, int src, const shm_rec *h, const char *payload) {
+  int rndv = h->kind == REC_RTS;
+  size_t bytes = rndv ? h->total : h->len;
+  for (shm_recvop **link = &s->recvs; *link;) {
+    shm_recvop *r = *link;
+    if (r->state != R_POSTED || r->src != src || r->tag != h->tag) {
+      link = &r->next;
+      continue;
+    }
+    if (r->count != h->count || r->dt != (braid_dtype)h->dt) {
+      char msg[320];
+      mismatch_text(msg, sizeof msg, src, h->tag, h->count, (braid_dtype)h->dt, r->count, r->dt);
+      defer(s, BRAID_ERR_MISMATCH, msg);
+      remove_recv(s, link);
+      continue;
+    }
+    if (!rndv) {
+      memcpy(r->buf, payload, bytes);
+      remove_recv(s, link);
+      return BRAID_OK;
+    }
+    if (s->cma) {
+      braid_status st = pull(c, s, src, h->id, h->addr, r->buf, bytes, h->tag);
+      remove_recv(s, link);
+      return st;
+    }
+    r->state = R_STREAM;
+    r->id = h->id;
+    r->got = 0;
+    return queue_ctrl(c, s, src, REC_CTS, h->id);
+  }
+  shm_umsg *u = calloc(1, sizeof *u);
+  if (!u) return braid__fail(c, BRAID_ERR_NO_MEMORY, "out of memory queueing a message from rank %d", src);
+  u->src = src;
+  u->rndv = rndv;
+  u->tag = h->tag;
+  u->dt = (braid_dtype)h->dt;
+  u->count = h->count;
+  u->bytes = bytes;
+  u->id = h->id;
+  u->addr = h->addr;
+  if (!rndv && bytes) {
+    u->data = malloc(bytes);
+    if (!u->data) {
+      free(u);
+      return braid__fail(c, BRAID_ERR_NO_MEMORY, "out of memory buffering a %zu-byte message from rank %d", bytes, src);
+    }
+    memcpy(u->data, payload, bytes);
+  }
+  *s->umsgs_tail = u;
+  s->umsgs_tail = &u->next;
+  return BRAID_OK;
+}
+
+static braid_status handle(braid_comm *c, shm_state *s, int src, const shm_rec *h, const char *payload) {
+  switch (h->kind) {
+  case REC_EAGER:
+  case REC_RTS:
+    return deliver(c, s, src, h, payload);
+  case REC_ACK:
+  case REC_CTS:
+    for (shm_sendop **link = &s->sends; *link; link = &(*link)->next) {
+      shm_sendop *o = *link;
+      if (o->dest != src || o->id != h->id || o->state != S_WAIT) continue;
+      if (h->kind == REC_ACK) {
+        remove_send(s, link);
+      } else {
+        o->state = S_STREAM;
+        o->sent = 0;
+      }
+      return BRAID_OK;
+    }
+    return braid__fail(c, BRAID_ERR_INTERNAL, "rank %d acknowledged unknown message %llu", src,
+                       (unsigned long long)h->id);
+  case REC_DATA:
+    for (shm_recvop **link = &s->recvs; *link; link = &(*link)->next) {
+      shm_recvop *r = *link;
+      if (r->state != R_STREAM || r->src != src || r->id != h->id) continue;
+      memcpy(r->buf + h->addr, payload, h->len);
+      r->got += h->len;
+      if (r->got == r->bytes) remove_recv(s, link);
+      return BRAID_OK;
+    }
+    return braid__fail(c, BRAID_ERR_INTERNAL, "rank %d sent data for unknown message %llu", src,
+                       (unsigned long long)h->id);
+  default:
+    return braid__fail(c, BRAID_ERR_INTERNAL, "corrupt record kind %u in the ring from rank %d", h->kind, src);
+  }
+}
+
+static braid_status drain(braid_comm *c, shm_state *s, int src) {
+  shm_ring *r = shm_ring_of(s, src, s->me);
+  uint64_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
+  uint64_t head = atomic_load_explicit(&r->head, memory_order_acquire);
+  if (tail == head) return BRAID_OK;
+  braid_status st = BRAID_OK;
+  while (tail != head && !st) {
+    const char *p = r->data + tail % SHM_RING_BYTES;
+    shm_rec h;
+    memcpy(&h, p, sizeof h);
+    if (h.kind != REC_PAD) st = handle(c, s, src, &h, p + 64);
+    tail += 64 + rup64(h.len);
+  }
+  atomic_store_explicit(&r->tail, tail, memory_order_release);
+  atomic_thread_fence(memory_order_seq_cst);
+  shm_wake_one(s, src);
+  return st;
+}
+
+/* Writes what waits for ring space, in order per destination. */
+static void flush(shm_state *s) {
+  for (int d = 0; d < s->n; d++) {
+    while (s->ctrl_q[d]) {
+      shm_ctrl *k = s->ctrl_q[d];
+      if (!ring_put(s, d, &k->rec, NULL, 0)) break;
+      s->ctrl_q[d] = k->next;
+      free(k);
+    }
+  }
+  uint64_t blocked_lo = 0; /* bit per destination < 64 whose queue stalled this pass */
+  for (shm_sendop **link = &s->sends; *link;) {
+    shm_sendop *o = *link;
+    int bit = o->dest < 64;
+    if (bit && (blocked_lo >> o->dest & 1)) {
+      link = &o->next;
+      continue;
+    }
+    if (o->state == S_QUEUED) {
+      shm_rec h = {.tag = o->tag, .id = o->id, .count = o->count, .dt = (uint32_t)o->dt};
+      int eager = o->bytes <= SHM_EAGER_MAX;
+      h.kind = eager ? REC_EAGER : REC_RTS;
+      h.len = eager ? o->bytes : 0;
+      h.addr = (uint64_t)(uintptr_t)o->buf;
+      h.total = o->bytes;
+      if (!ring_put(s, o->dest, &h, o->buf, eager ? o->bytes : 0)) {
+        if (bit) blocked_lo |= 1ull << o->dest;
+        link = &o->next;
+        continue;
+      }
+      if (eager) {
+        remove_send(s, link);
+        continue;
+      }
+      o->state = S_WAIT;
+    }
+    if (o->state == S_STREAM) {
+      while (o->sent < o->bytes) {
+        size_t len = o->bytes - o->sent < SHM_FRAG ? o->bytes - o->sent : SHM_FRAG;
+        shm_rec h = {.kind = REC_DATA, .len = len, .id = o->id, .addr = o->sent};
+        if (!ring_put(s, o->dest, &h, o->buf + o->sent, len)) break;
+        o->sent += len;
+      }
+      if (o->sent == o->bytes) {
+        remove_send(s, link);
+        continue;
+      }
+    }
+    link = &o->next;
+  }
+}
+
+braid_status shm_p2p_progress(braid_comm *c, shm_state *s) {
+  s->in_progress = 1;
+  braid_status st = BRAID_OK;
+  for (int q = 0; q < s->n && !st; q++) st = drain(c, s, q);
+  if (!st) flush(s);
+  s->in_progress = 0;
+  return st;
+}
+
+/* ---------------------------------------------------------------- calls */
+
+braid_status shm_p2p_send(braid_comm *c, const void *buf, size_t count, braid_dtype dt, int dest, uint32_t tag) {
+  shm_state *s = c->be;
+  shm_sendop *o = calloc(1, sizeof *o);
+  if (!o) return braid__fail(c, BRAID_ERR_NO_MEMORY, "out of memory posting a send");
+  o->id = ++s->next_id;
+  o->dest = dest;
+  o->tag = tag;
+  o->dt = dt;
+  o->count = count;
+  o->bytes = count * braid_dtype_size(dt);
+  o->buf = buf;
+  o->state = S_QUEUED;
+  *s->sends_tail = o;
+  s->sends_tail = &o->next;
+  s->npending++;
+  return shm_p2p_progress(c, s);
+}
+
+braid_status shm_p2p_recv(braid_comm *c, void *buf, size_t count, braid_dtype dt, int src, uint32_t tag) {
+  shm_state *s = c->be;
+  braid_status st = shm_p2p_progress(c, s);
+  if (st) return st;
+  size_t bytes = count * braid_dtype_size(dt);
+  for (shm_umsg **link = &s->umsgs; *link; link = &(*link)->next) {
+    shm_umsg *u = *link;
+    if (u->src != src || u->tag != tag) continue;
+    if (u->count != count || u->dt != dt) {
+      char msg[320];
+      mismatch_text(msg, sizeof msg, src, tag, u->count, u->dt, count, dt);
+      return braid__fail(c, BRAID_ERR_MISMATCH, "%s", msg);
+    }
+    *link = u->next;
+    if (s->umsgs_tail == &u->next) s->umsgs_tail = link;
+    if (!u->rndv) {
+      memcpy(buf, u->data, bytes);
+    } else if (s->cma) {
+      st = pull(c, s, src, u->id, u->addr, buf, bytes, tag);
+      if (!st) flush(s);
+    } else {
+      shm_recvop *r = calloc(1, sizeof *r);
+      if (!r) st = braid__fail(c, BRAID_ERR_NO_MEMORY, "out of memory posting a receive");
+      else {
+        r->id = u->id;
+        r->src = src;
+        r->tag = tag;
+        r->dt = dt;
+        r->count = count;
+        r->bytes = bytes;
+        r->buf = buf;
+        r->state = R_STREAM;
+        *s->recvs_tail = r;
+        s->recvs_tail = &r->next;
+        s->npending++;
+        st = queue_ctrl(c, s, src, REC_CTS, u->id);
+      }
+    }
+    free(u->data);
+    free(u);
+    return st;
+  }
+  shm_recvop *r = calloc(1, sizeof *r);
+  if (!r) return braid__fail(c, BRAID_ERR_NO_MEMORY, "out of memory posting a receive");
+  r->src = src;
+  r->tag = tag;
+  r->dt = dt;
+  r->count = count;
+  r->bytes = bytes;
+  r->buf = buf;
+  r->state = R_POSTED;
+  *s->recvs_tail = r;
+  s->recvs_tail = &r->next;
+  s->npending++;
+  return BRAID_OK;
+}
+
+static void first_pending(shm_state *s, char *out, size_t len, int *peer) {
+  if (s->recvs) {
+    shm_recvop *r = s->recvs;
+    *peer = r->src;
+    snprintf(out, len, "a message with tag %u (%zu bytes) for %d pending receive(s)", r->tag, r->bytes,
+             s->npending);
+  } else if (s->sends) {
+    shm_sendop *o = s->sends;
+    *peer = o->dest;
+    snprintf(out, len, "it to receive the message with tag %u (%zu bytes) of %d pending operation(s)", o->tag,
+             o->bytes, s->npending);
+  } else {
+    *peer = -1;
+    snprintf(out, len, "pending operations");
+  }
+}
+
+static braid_status take_deferred(braid_comm *c, shm_state *s) {
+  braid_status st = s->deferred;
+  s->deferred = BRAID_OK;
+  return braid__fail(c, st, "%s", s->deferred_msg);
+}
+
+braid_status shm_p2p_sync(braid_comm *c, double timeout_s, int quiet) {
+  shm_state *s = c->be;
+  if (quiet) {
+    /* braid_destroy: bounded best effort; nothing is recorded as an error. */
+    double deadline = braid__now() + timeout_s;
+    while (s->npending && braid__now() < deadline && !atomic_load(&s->hdr->fail) && !braid__aborted(c)) {
+      if (shm_p2p_progress(c, s)) break;
+      if (s->npending) sched_yield();
+    }
+    int ns = 0, nr = 0, nu = 0;
+    for (shm_sendop *o = s->sends; o; o = o->next) ns++;
+    for (shm_recvop *r = s->recvs; r; r = r->next) nr++;
+    for (shm_umsg *u = s->umsgs; u; u = u->next) nu++;
+    if (ns || nr)
+      BLOG_WARN(BRAID_SUB_P2P, c->rank, "braid_destroy: abandoned %d send(s) and %d receive(s) after waiting %g s", ns,
+                nr, timeout_s);
+    if (nu) BLOG_WARN(BRAID_SUB_P2P, c->rank, "braid_destroy: dropped %d message(s) that were never received", nu);
+    return BRAID_OK;
+  }
+  braid_status st = shm_p2p_progress(c, s);
+  if (st) return st;
+  if (s->deferred) return take_deferred(c, s);
+  if (!s->npending) return BRAID_OK;
+  char what[192];
+  int peer = -1, described = -1;
+  shm_wait w;
+  shm_wait_begin(&w);
+  while (s->npending) {
+    if (described != s->npending) {
+      first_pending(s, what, sizeof what, &peer);
+      described = s->npending;
+    }
+    st = shm_wait_step(c, s, &w, peer, what);
+    if (!st) st = shm_p2p_progress(c, s);
+    if (st) {
+      shm_wait_end(s, &w);
+      return st;
+    }
+  }
+  shm_wait_end(s, &w);
+  if (s->deferred) return take_deferred(c, s);
+  return BRAID_OK;
+}
+
+void shm_p2p_free(braid_comm *c, shm_state *s) {
+  (void)c;
+  while (s->sends) remove_send(s, &s->sends);
+  while (s->recvs) remove_recv(s, &s->recvs);
+  while (s->umsgs) {
+    shm_umsg *u = s->umsgs;
+    s->umsgs = u->next;
+    free(u->data);
+    free(u);
+  }
+  for (int d = 0; d < s->n; d++)
+    while (s->ctrl_q[d]) {
+      shm_ctrl *k = s->ctrl_q[d];
+      s->ctrl_q[d] = k->next;
+      free(k);
+    }
+}

@@ -1,0 +1,502 @@
+/* World bootstrap over the rendezvous store, split namespaces, and the
+   data-plane listener (see bootstrap.h). */
+#include "bootstrap/bootstrap.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "core/comm.h"
+#include "os/time.h"
+
+#define MISSING_LISTED 16 /* missing ranks named in a timeout message before "and N more" */
+#define WAIT_BATCH 4096   /* keys per store wait request */
+
+static void hostport(const char *host, int port, char *out, size_t len) {
+  if (strchr(host, ':'))
+    snprintf(out, len, "[%s]:%d", host, port);
+  else
+    snprintf(out, len, "%s:%d", host, port);
+}
+
+static const uint8_t *token_of(const braid__launch_env *e, size_t *len) {
+  *len = e->has_token ? sizeof e->token : 0;
+  return e->has_token ? e->token : NULL;
+}
+
+static void free_boot(braid__boot *b) {
+  if (!b) return;
+  if (b->store) braid__store_close(b->store);
+  if (b->server) braid__store_server_stop(b->server);
+  free(b);
+}
+
+/* Host names go into keys: keep them to one path segment. */
+static void key_safe(char *s) {
+  for (; *s; s++)
+    if (*s == '/' || (unsigned char)*s < 0x21 || (unsigned char)*s > 0x7e) *s = '_';
+}
+
+/* "missing rank 2" / "missing ranks 1, 5, 7" / "... and 84 more". */
+static void describe_missing(const int *present, int n, char *out, size_t len) {
+  int missing = 0;
+  for (int r = 0; r < n; r++) missing += !present[r];
+  size_t o = (size_t)snprintf(out, len, "missing rank%s", missing == 1 ? "" : "s");
+  int listed = 0;
+  for (int r = 0; r < n && o < len; r++) {
+    if (present[r]) continue;
+    if (listed == MISSING_LISTED) {
+      snprintf(out + o, len - o, " and %d more", missing - listed);
+      return;
+    }
+    int k = snprintf(out + o, len - o, "%s %d", listed ? "," : "", r);
+    if (k < 0) return;
+    o += (size_t)k;
+    listed++;
+  }
+}
+
+/* Waits for every rank/<r> key, in batches the store accepts; on timeout
+   present[] says who joined (later batches checked without waiting). */
+static braid_status wait_all(braid__store *st, int n, double deadline, int *present) {
+  char(*names)[24] = malloc(sizeof *names * (size_t)(n < WAIT_BATCH ? n : WAIT_BATCH));
+  const char **keys = malloc(sizeof *keys * (size_t)(n < WAIT_BATCH ? n : WAIT_BATCH));
+  if (!names || !keys) {
+    free(names);
+    free(keys);
+    return BRAID_ERR_NO_MEMORY;
+  }
+  braid_status result = BRAID_OK;
+  for (int base = 0; base < n; base += WAIT_BATCH) {
+    int m = n - base < WAIT_BATCH ? n - base : WAIT_BATCH;
+    for (int i = 0; i < m; i++) {
+      snprintf(names[i], sizeof names[i], "rank/%d", base + i);
+      keys[i] = names[i];
+    }
+    /* After one timeout, later batches are only checked. */
+    braid_status s = braid__store_wait(st, keys, m, result == BRAID_ERR_TIMEOUT ? braid__now() : deadline,
+                                       present + base);
+    if (s == BRAID_OK) {
+      for (int i = 0; i < m; i++) present[base + i] = 1;
+    } else if (s == BRAID_ERR_TIMEOUT) {
+      result = BRAID_ERR_TIMEOUT;
+    } else {
+      result = s;
+      break;
+    }
+  }
+  free(names);
+  free(keys);
+  return result;
+}
+
+static int loopback_only_hint(const braid__launch_env *e) {
+  return !e->has_token && !braid__host_is_loopback(e->store_host);
+}
+
+braid_status braid__bootstrap_world(braid_comm *c, const braid__launch_env *env, braid__boot **out) {
+  *out = NULL;
+  braid__boot *b = calloc(1, sizeof *b);
+  if (!b) return braid__fail(c, BRAID_ERR_NO_MEMORY, "out of memory for the bootstrap state");
+  b->env = *env;
+  b->rank = c->rank;
+  b->size = c->size;
+  b->world = 1;
+  b->local_rank = env->local_rank;
+  b->local_size = env->local_size;
+  b->init_timeout_s = env->init_timeout_s;
+  char err[BRAID_ERRLEN];
+  braid_status st = BRAID_OK;
+
+  /* A wrong interface name should fail now, not when a backend first listens. */
+  if (env->ifname[0]) {
+    char a[64];
+    if ((st = braid__iface_addr(env->ifname, a, sizeof a, err, sizeof err))) {
+      free_boot(b);
+      return braid__fail(c, st, "%s", err);
+    }
+  }
+  if (env->store_owner == BRAID__STORE_NONE) {
+    if (c->size > 1) {
+      free_boot(b);
+      return braid__fail(c, BRAID_ERR_BOOTSTRAP,
+                         "world size %d needs a store address: set BRAID_STORE=host:port or start the job with "
+                         "braidrun",
+                         c->size);
+    }
+    if (b->local_size < 0) b->local_rank = 0, b->local_size = 1;
+    *out = b;
+    return BRAID_OK;
+  }
+
+  double t0 = braid__now();
+  double deadline = braid__deadline(env->init_timeout_s);
+  char where[BRAID__ENV_HOST_MAX + 16];
+  hostport(env->store_host, env->store_port, where, sizeof where);
+  size_t toklen;
+  const uint8_t *tok = token_of(env, &toklen);
+
+  if (env->store_owner == BRAID__STORE_RANK0 && c->rank == 0) {
+    /* A loopback address is bound as such; otherwise every interface (which the
+       store narrows to loopback when there is no token). */
+    const char *bind_host = braid__host_is_loopback(env->store_host) ? env->store_host : NULL;
+    err[0] = 0;
+    st = braid__store_server_start(bind_host, env->store_port, tok, toklen, &b->server, err, sizeof err);
+    if (st) {
+      free_boot(b);
+      return braid__fail(c, BRAID_ERR_BOOTSTRAP,
+                         "rank 0 could not host the store at %s (from %s): %s; if another job uses that port, "
+                         "choose another with BRAID_STORE=host:port%s",
+                         where, env->store_from, err[0] ? err : braid_status_string(st),
+                         strstr(env->store_from, "MASTER") ? " or MASTER_PORT" : "");
+    }
+    if (loopback_only_hint(env) && c->size > 1)
+      BLOG_WARN(BRAID_SUB_BOOT, c->rank,
+                "no BRAID_TOKEN: the store at %s accepts loopback connections only, so ranks on other hosts "
+                "cannot join; give every rank the same BRAID_TOKEN (64 hex digits) for a multi-host job",
+                where);
+    BLOG_INFO(BRAID_SUB_BOOT, c->rank, "hosting the store at %s (%s)", where,
+              tok ? "token required" : "loopback only, no token");
+  }
+
+  err[0] = 0;
+  st = braid__store_connect(env->store_host, env->store_port, tok, toklen, deadline, &b->store, err, sizeof err);
+  if (st) {
+    free_boot(b);
+    return braid__fail(c, BRAID_ERR_BOOTSTRAP, "could not reach the store at %s (from %s) within %g s: %s%s", where,
+                       env->store_from, env->init_timeout_s, err[0] ? err : braid_status_string(st),
+                       loopback_only_hint(env)
+                           ? "; without BRAID_TOKEN the store accepts loopback connections only"
+                           : "");
+  }
+
+  /* Per job and world size: jobs that share a store (or reuse a port) never
+     read each other's keys, and registration below catches a clash. */
+  snprintf(b->job_prefix, sizeof b->job_prefix, "braid/%s/w%d/", env->job_id[0] ? env->job_id : "job", c->size);
+  snprintf(b->prefix, sizeof b->prefix, "%s", b->job_prefix);
+  if ((st = braid__store_set_prefix(b->store, b->prefix))) goto store_error;
+
+  char host[256] = "?";
+  if (gethostname(host, sizeof host - 1) != 0) snprintf(host, sizeof host, "?");
+  host[sizeof host - 1] = 0;
+  key_safe(host);
+  if (b->local_size < 0) {
+    /* No launcher word on locality: count the ranks per host name. */
+    char key[300];
+    int64_t n = 0;
+    snprintf(key, sizeof key, "host/%s", host);
+    if ((st = braid__store_add(b->store, key, 1, &n))) goto store_error;
+    b->local_rank = (int)(n - 1);
+  }
+  char rkey[32], val[400];
+  snprintf(rkey, sizeof rkey, "rank/%d", c->rank);
+  snprintf(val, sizeof val, "host=%s pid=%ld local_rank=%d", host, (long)getpid(), b->local_rank);
+  int swapped = 0;
+  void *cur = NULL;
+  size_t curlen = 0;
+  if ((st = braid__store_cas(b->store, rkey, NULL, 0, val, strlen(val), &swapped, &cur, &curlen))) goto store_error;
+  if (!swapped) {
+    char other[200] = "";
+    if (cur) snprintf(other, sizeof other, "%.*s", (int)(curlen < 199 ? curlen : 199), (const char *)cur);
+    free(cur);
+    free_boot(b);
+    return braid__fail(c, BRAID_ERR_BOOTSTRAP,
+                       "rank %d is already registered in the store at %s (%s): another job with the same store "
+                       "address and job id is running; give each job its own port or BRAID_JOB_ID",
+                       c->rank, where, other);
+  }
+  free(cur);
+
+  int *present = calloc((size_t)c->size, sizeof *present);
+  if (!present) {
+    free_boot(b);
+    return braid__fail(c, BRAID_ERR_NO_MEMORY, "out of memory for %d ranks' rendezvous", c->size);
+  }
+  st = wait_all(b->store, c->size, deadline, present);
+  if (st == BRAID_ERR_TIMEOUT) {
+    int joined = 0;
+    for (int r = 0; r < c->size; r++) joined += present[r];
+    char missing[256];
+    describe_missing(present, c->size, missing, sizeof missing);
+    free(present);
+    free_boot(b);
+    return braid__fail(c, BRAID_ERR_BOOTSTRAP, "rendezvous timed out after %g s: %d of %d ranks joined; %s%s",
+                       env->init_timeout_s, joined, c->size, missing,
+                       loopback_only_hint(env) ? " (without BRAID_TOKEN the store accepts loopback connections only)"
+                                               : "");
+  }
+  free(present);
+  if (st) goto store_error;
+
+  if (b->local_size < 0) {
+    char key[300];
+    int64_t n = 0;
+    snprintf(key, sizeof key, "host/%s", host);
+    if ((st = braid__store_add(b->store, key, 0, &n))) goto store_error;
+    b->local_size = (int)n;
+  }
+  BLOG_INFO(BRAID_SUB_BOOT, c->rank, "rendezvous of %d ranks at %s done in %.3f s: local rank %d of %d, keys under %s",
+            c->size, where, braid__now() - t0, b->local_rank, b->local_size, b->prefix);
+  *out = b;
+  return BRAID_OK;
+
+store_error:;
+  char msg[BRAID_ERRLEN];
+  snprintf(msg, sizeof msg, "%s", b->store ? braid__store_error(b->store) : "");
+  free_boot(b);
+  return braid__fail(c, st == BRAID_ERR_NO_MEMORY ? st : BRAID_ERR_BOOTSTRAP,
+                     "lost the store at %s during rendezvous: %s", where, msg[0] ? msg : braid_status_string(st));
+}
+
+braid_status braid__bootstrap_split(braid_comm *parent, braid_comm *child) {
+  child->boot = NULL;
+  const braid__boot *pb = parent->boot;
+  if (!pb) return BRAID_OK;
+  braid__boot *b = calloc(1, sizeof *b);
+  if (!b) return braid__fail(child, BRAID_ERR_NO_MEMORY, "out of memory for the bootstrap state");
+  b->env = pb->env;
+  b->rank = child->rank;
+  b->size = child->size;
+  b->local_rank = pb->local_rank;
+  b->local_size = pb->local_size;
+  b->init_timeout_s = pb->init_timeout_s;
+  snprintf(b->job_prefix, sizeof b->job_prefix, "%s", pb->job_prefix);
+  /* Child ids are unique within a job, so the namespace stays flat. */
+  snprintf(b->prefix, sizeof b->prefix, "%sc%llx/", pb->job_prefix, (unsigned long long)child->id);
+  if (pb->store) {
+    char err[BRAID_ERRLEN] = "";
+    braid_status st = braid__store_clone(pb->store, braid__deadline(pb->init_timeout_s), &b->store, err, sizeof err);
+    if (!st) st = braid__store_set_prefix(b->store, b->prefix);
+    if (st) {
+      if (b->store && !err[0]) snprintf(err, sizeof err, "%s", braid__store_error(b->store));
+      free_boot(b);
+      char where[BRAID__ENV_HOST_MAX + 16];
+      hostport(pb->env.store_host, pb->env.store_port, where, sizeof where);
+      return braid__fail(child, st == BRAID_ERR_NO_MEMORY ? st : BRAID_ERR_BOOTSTRAP,
+                         "could not open a store connection to %s for the new communicator: %s", where,
+                         err[0] ? err : braid_status_string(st));
+    }
+  }
+  child->boot = b;
+  return BRAID_OK;
+}
+
+void braid__bootstrap_free(braid_comm *c, double timeout_s) {
+  braid__boot *b = c->boot;
+  if (!b) return;
+  c->boot = NULL;
+  if (b->world && b->store && b->size > 1) {
+    char key[32];
+    snprintf(key, sizeof key, "exit/%d", b->rank);
+    if (braid__store_set_prefix(b->store, b->job_prefix) == BRAID_OK &&
+        braid__store_set(b->store, key, "1", 1) != BRAID_OK)
+      BLOG_DEBUG(BRAID_SUB_BOOT, b->rank, "could not say goodbye to the store: %s", braid__store_error(b->store));
+    if (b->server && timeout_s > 0) {
+      /* The others may still need the store (their own destroy, late splits). */
+      char(*names)[24] = malloc(sizeof *names * (size_t)b->size);
+      const char **keys = malloc(sizeof *keys * (size_t)b->size);
+      if (names && keys) {
+        for (int r = 0; r < b->size; r++) {
+          snprintf(names[r], sizeof names[r], "exit/%d", r);
+          keys[r] = names[r];
+        }
+        if (braid__store_wait(b->store, keys, b->size, braid__deadline(timeout_s), NULL) != BRAID_OK)
+          BLOG_INFO(BRAID_SUB_BOOT, b->rank, "stopping the store after %g s although some ranks have not left",
+                    timeout_s);
+      }
+      free(names);
+      free(keys);
+    }
+  }
+  free_boot(b);
+}
+
+/* ---------------------------------------------------------------- data-plane listener */
+
+braid_status braid__iface_addr(const char *ifname, char *addr, size_t addrlen, char *err, size_t errlen) {
+  struct ifaddrs *ifs = NULL;
+  if (getifaddrs(&ifs) != 0) {
+    snprintf(err, errlen, "BRAID_IFNAME=\"%s\": cannot list the network interfaces: %s", ifname, strerror(errno));
+    return BRAID_ERR_SYSTEM;
+  }
+  int found = 0, have4 = 0, have6 = 0;
+  char a4[INET6_ADDRSTRLEN] = "", a6[INET6_ADDRSTRLEN] = "";
+  for (struct ifaddrs *i = ifs; i; i = i->ifa_next) {
+    if (!i->ifa_name || strcmp(i->ifa_name, ifname)) continue;
+    found = 1;
+    if (!i->ifa_addr) continue;
+    if (i->ifa_addr->sa_family == AF_INET && !have4) {
+      inet_ntop(AF_INET, &((struct sockaddr_in *)(void *)i->ifa_addr)->sin_addr, a4, sizeof a4);
+      have4 = 1;
+    } else if (i->ifa_addr->sa_family == AF_INET6) {
+      const struct in6_addr *x = &((struct sockaddr_in6 *)(void *)i->ifa_addr)->sin6_addr;
+      /* Link-local addresses need a scope id peers cannot use as is. */
+      if (IN6_IS_ADDR_LINKLOCAL(x) || have6) continue;
+      inet_ntop(AF_INET6, x, a6, sizeof a6);
+      have6 = 1;
+    }
+  }
+  if (!found) {
+    /* List the names that do exist, once each. */
+    char names[512] = "";
+    size_t o = 0;
+    for (struct ifaddrs *i = ifs; i && o < sizeof names; i = i->ifa_next) {
+      if (!i->ifa_name) continue;
+      int dup = 0;
+      for (struct ifaddrs *j = ifs; j != i; j = j->ifa_next)
+        if (j->ifa_name && !strcmp(j->ifa_name, i->ifa_name)) dup = 1;
+      if (dup) continue;
+      int k = snprintf(names + o, sizeof names - o, "%s%s", o ? ", " : "", i->ifa_name);
+      if (k < 0) break;
+      o += (size_t)k;
+    }
+    freeifaddrs(ifs);
+    snprintf(err, errlen, "BRAID_IFNAME=\"%s\" names no network interface; interfaces here: %s", ifname,
+             names[0] ? names : "(none)");
+    return BRAID_ERR_BOOTSTRAP;
+  }
+  freeifaddrs(ifs);
+  if (!have4 && !have6) {
+    snprintf(err, errlen, "BRAID_IFNAME=\"%s\" has no IPv4 or global IPv6 address", ifname);
+    return BRAID_ERR_BOOTSTRAP;
+  }
+  snprintf(addr, addrlen, "%s", have4 ? a4 : a6);
+  return BRAID_OK;
+}
+
+/* Local address of the route toward host:port (a UDP connect sends nothing). */
+static int route_addr(const char *host, int port, char *addr, size_t addrlen, char *why, size_t whylen) {
+  struct addrinfo hints, *res = NULL;
+  memset(&hints, 0, sizeof hints);
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_DGRAM;
+  char ps[16];
+  snprintf(ps, sizeof ps, "%d", port);
+  int g = getaddrinfo(host, ps, &hints, &res);
+  if (g) {
+    snprintf(why, whylen, "cannot resolve %s: %s", host, gai_strerror(g));
+    return -1;
+  }
+  int rc = -1;
+  for (struct addrinfo *ai = res; ai && rc; ai = ai->ai_next) {
+    int fd = socket(ai->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 && getsockname(fd, (struct sockaddr *)&ss, &sl) == 0) {
+      const void *src = ss.ss_family == AF_INET ? (const void *)&((struct sockaddr_in *)&ss)->sin_addr
+                                                : (const void *)&((struct sockaddr_in6 *)&ss)->sin6_addr;
+      if (inet_ntop(ss.ss_family, src, addr, (socklen_t)addrlen)) rc = 0;
+    } else {
+      snprintf(why, whylen, "no route to %s: %s", host, strerror(errno));
+    }
+    close(fd);
+  }
+  freeaddrinfo(res);
+  return rc;
+}
+
+braid_status braid__listen_range(const char *bind_addr, int lo, int hi, int start_offset, int backlog, int *fd_out,
+                                 int *port_out, char *err, size_t errlen) {
+  struct sockaddr_storage ss;
+  memset(&ss, 0, sizeof ss);
+  socklen_t sl;
+  const char *shown = bind_addr ? bind_addr : "0.0.0.0";
+  struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
+  struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&ss;
+  if (!bind_addr || inet_pton(AF_INET, bind_addr, &s4->sin_addr) == 1) {
+    s4->sin_family = AF_INET;
+    if (!bind_addr) s4->sin_addr.s_addr = htonl(INADDR_ANY);
+    sl = sizeof *s4;
+  } else if (inet_pton(AF_INET6, bind_addr, &s6->sin6_addr) == 1) {
+    s6->sin6_family = AF_INET6;
+    sl = sizeof *s6;
+  } else {
+    snprintf(err, errlen, "cannot listen on \"%s\": not a numeric IPv4 or IPv6 address", bind_addr);
+    return BRAID_ERR_INVALID_ARG;
+  }
+  int ranged = lo > 0;
+  int span = ranged ? hi - lo + 1 : 1;
+  int first = ranged ? (start_offset < 0 ? 0 : start_offset) % span : 0;
+  for (int i = 0; i < span; i++) {
+    int port = ranged ? lo + (first + i) % span : 0;
+    int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+      snprintf(err, errlen, "cannot create a socket to listen on %s: %s", shown, strerror(errno));
+      return BRAID_ERR_SYSTEM;
+    }
+    int one = 1, zero = 0;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (ss.ss_family == AF_INET6 && IN6_IS_ADDR_UNSPECIFIED(&s6->sin6_addr))
+      setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero); /* "::" serves IPv4 too */
+    if (ss.ss_family == AF_INET)
+      s4->sin_port = htons((uint16_t)port);
+    else
+      s6->sin6_port = htons((uint16_t)port);
+    if (bind(fd, (struct sockaddr *)&ss, sl) == 0 && listen(fd, backlog > 0 ? backlog : 128) == 0) {
+      struct sockaddr_storage got;
+      socklen_t gl = sizeof got;
+      if (getsockname(fd, (struct sockaddr *)&got, &gl) != 0) {
+        snprintf(err, errlen, "getsockname on the listener at %s: %s", shown, strerror(errno));
+        close(fd);
+        return BRAID_ERR_SYSTEM;
+      }
+      *port_out = ntohs(got.ss_family == AF_INET ? ((struct sockaddr_in *)&got)->sin_port
+                                                 : ((struct sockaddr_in6 *)&got)->sin6_port);
+      *fd_out = fd;
+      return BRAID_OK;
+    }
+    int e = errno;
+    close(fd);
+    if (e == EADDRINUSE && ranged) continue; /* taken: try the next port of the range */
+    if (ranged)
+      snprintf(err, errlen, "cannot listen on %s port %d (BRAID_PORT_RANGE=%d-%d): %s", shown, port, lo, hi,
+               strerror(e));
+    else
+      snprintf(err, errlen, "cannot listen on %s: %s", shown, strerror(e));
+    return e == EADDRNOTAVAIL ? BRAID_ERR_BOOTSTRAP : BRAID_ERR_SYSTEM;
+  }
+  snprintf(err, errlen, "no free port in BRAID_PORT_RANGE=%d-%d on %s: all %d ports are in use", lo, hi, shown, span);
+  return BRAID_ERR_BOOTSTRAP;
+}
+
+braid_status braid__listen_dataplane(const braid__boot *b, int backlog, braid__listener *out, char *err,
+                                     size_t errlen) {
+  out->fd = -1;
+  out->port = 0;
+  out->addr[0] = 0;
+  const braid__launch_env *e = &b->env;
+  const char *bind_addr = NULL;
+  braid_status st;
+  if (e->addr[0]) {
+    snprintf(out->addr, sizeof out->addr, "%s", e->addr);
+    bind_addr = out->addr;
+  } else if (e->ifname[0]) {
+    if ((st = braid__iface_addr(e->ifname, out->addr, sizeof out->addr, err, errlen))) return st;
+    bind_addr = out->addr;
+  } else if (b->store) {
+    char why[256] = "";
+    if (route_addr(e->store_host, e->store_port, out->addr, sizeof out->addr, why, sizeof why)) {
+      snprintf(err, errlen, "cannot tell which local address reaches the store host %s (%s); set BRAID_ADDR or "
+                            "BRAID_IFNAME", e->store_host, why);
+      return BRAID_ERR_BOOTSTRAP;
+    }
+    if (braid__host_is_loopback(out->addr))
+      bind_addr = out->addr; /* a single-host job: nothing outside needs to reach us */
+    else
+      bind_addr = strchr(out->addr, ':') ? "::" : NULL;
+  } else {
+    snprintf(out->addr, sizeof out->addr, "127.0.0.1");
+    bind_addr = out->addr;
+  }
+  int offset = b->local_rank >= 0 ? b->local_rank : b->rank;
+  return braid__listen_range(bind_addr, e->port_lo, e->port_hi, offset, backlog, &out->fd, &out->port, err, errlen);
+}

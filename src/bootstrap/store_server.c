@@ -1,0 +1,961 @@
+/*
+ * Store server: a socket-free core (key table, per-connection state machine,
+ * parked GET/WAIT requests, time bounds) driven by one poll() thread.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "bootstrap/auth.h"
+#include "bootstrap/store.h"
+#include "bootstrap/store_proto.h"
+#include "core/log.h"
+#include "os/sock.h"
+#include "os/time.h"
+
+#define DEF_FRAME_TIMEOUT 10.0
+#define DEF_AUTH_TIMEOUT 5.0
+#define DEF_MAX_CONNS 4096
+#define DEF_MAX_BYTES ((size_t)1 << 30)
+#define ENTRY_OVERHEAD 64 /* accounted per key so many tiny keys are bounded too */
+#define OUT_GATE (64u << 10) /* no new request runs while this much output is unsent */
+
+/* ------------------------------------------------------------------------ */
+/* Key table                                                                 */
+
+typedef struct entry {
+  struct entry *next;
+  uint64_t hash;
+  uint8_t *val;
+  uint32_t vlen, klen;
+  uint8_t key[];
+} entry;
+
+enum { K_HELLO, K_READY };
+
+struct braid__store_conn {
+  braid__store_conn *prev, *next;
+  int state;
+  int dropped;
+  int loopback;
+  int parked;
+  char peer[64];
+  uint8_t nonce[BRAID__PROTO_NONCE];
+  double opened;
+  double partial_since; /* < 0: no incomplete frame buffered */
+  double partial_deadline;
+  double park_deadline;
+  uint32_t wait_idx; /* parked WAIT: keys before this one were present (so a */
+  size_t wait_off;   /* new key costs one lookup, not one per key waited for) */
+  uint8_t *in;
+  size_t in_off, in_len, in_cap;
+  braid__buf out;
+  size_t out_off;
+};
+
+struct braid__store_core {
+  uint8_t *token;
+  size_t token_len;
+  entry **tab;
+  size_t nbuckets, nentries;
+  size_t total_bytes, max_total_bytes;
+  double frame_timeout, auth_timeout;
+  uint64_t seed;
+  braid__store_conn *conns;
+  int created; /* a key appeared since parked requests were last checked */
+};
+
+static uint64_t hash_key(const braid__store_core *c, const uint8_t *k, size_t n) {
+  uint64_t h = 1469598103934665603ull ^ c->seed;
+  for (size_t i = 0; i < n; i++) {
+    h ^= k[i];
+    h *= 1099511628211ull;
+  }
+  h ^= h >> 29;
+  h *= 0xbf58476d1ce4e5b9ull;
+  return h ^ (h >> 32);
+}
+
+static entry **find_slot(braid__store_core *c, const uint8_t *k, uint32_t n, uint64_t h) {
+  entry **pp = &c->tab[h & (c->nbuckets - 1)];
+  for (; *pp; pp = &(*pp)->next)
+    if ((*pp)->hash == h && (*pp)->klen == n && memcmp((*pp)->key, k, n) == 0) return pp;
+  return pp;
+}
+
+static entry *lookup(braid__store_core *c, braid__bytes key) {
+  return *find_slot(c, key.p, key.len, hash_key(c, key.p, key.len));
+}
+
+static void grow_table(braid__store_core *c) {
+  size_t nb = c->nbuckets * 2;
+  entry **t = calloc(nb, sizeof *t);
+  if (!t) return; /* longer chains, still correct */
+  for (size_t i = 0; i < c->nbuckets; i++) {
+    for (entry *e = c->tab[i], *nx; e; e = nx) {
+      nx = e->next;
+      e->next = t[e->hash & (nb - 1)];
+      t[e->hash & (nb - 1)] = e;
+    }
+  }
+  free(c->tab);
+  c->tab = t;
+  c->nbuckets = nb;
+}
+
+/* Sets key to val. Returns a BRAID__PST_* status. */
+static int put(braid__store_core *c, braid__bytes key, const uint8_t *val, uint32_t vlen) {
+  uint64_t h = hash_key(c, key.p, key.len);
+  entry **pp = find_slot(c, key.p, key.len, h);
+  entry *e = *pp;
+  size_t old = e ? (size_t)e->klen + e->vlen + ENTRY_OVERHEAD : 0;
+  size_t add = (size_t)key.len + vlen + ENTRY_OVERHEAD;
+  if (c->total_bytes - old + add > c->max_total_bytes) return BRAID__PST_FULL;
+  uint8_t *v = malloc(vlen ? vlen : 1);
+  if (!v) return BRAID__PST_FULL;
+  if (vlen) memcpy(v, val, vlen);
+  if (!e) {
+    e = malloc(sizeof *e + key.len);
+    if (!e) {
+      free(v);
+      return BRAID__PST_FULL;
+    }
+    e->next = NULL;
+    e->hash = h;
+    e->klen = key.len;
+    e->val = NULL;
+    e->vlen = 0;
+    if (key.len) memcpy(e->key, key.p, key.len);
+    *pp = e;
+    c->nentries++;
+    c->created = 1;
+  }
+  free(e->val);
+  e->val = v;
+  e->vlen = vlen;
+  c->total_bytes = c->total_bytes - old + add;
+  if (c->nentries > c->nbuckets) grow_table(c);
+  return BRAID__PST_OK;
+}
+
+static int del(braid__store_core *c, braid__bytes key) {
+  entry **pp = find_slot(c, key.p, key.len, hash_key(c, key.p, key.len));
+  entry *e = *pp;
+  if (!e) return 0;
+  *pp = e->next;
+  c->total_bytes -= (size_t)e->klen + e->vlen + ENTRY_OVERHEAD;
+  c->nentries--;
+  free(e->val);
+  free(e);
+  return 1;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Core                                                                      */
+
+braid__store_core *braid__store_core_new(const uint8_t *token, size_t token_len) {
+  braid__store_core *c = calloc(1, sizeof *c);
+  if (!c) return NULL;
+  c->nbuckets = 256;
+  c->tab = calloc(c->nbuckets, sizeof *c->tab);
+  if (!c->tab) {
+    free(c);
+    return NULL;
+  }
+  if (token && token_len) {
+    c->token = malloc(token_len);
+    if (!c->token) {
+      free(c->tab);
+      free(c);
+      return NULL;
+    }
+    memcpy(c->token, token, token_len);
+    c->token_len = token_len;
+  }
+  c->frame_timeout = DEF_FRAME_TIMEOUT;
+  c->auth_timeout = DEF_AUTH_TIMEOUT;
+  c->max_total_bytes = DEF_MAX_BYTES;
+  (void)braid__random_bytes(&c->seed, sizeof c->seed);
+  return c;
+}
+
+void braid__store_core_limits(braid__store_core *c, double frame_timeout_s, double auth_timeout_s,
+                              size_t max_total_bytes) {
+  if (frame_timeout_s > 0) c->frame_timeout = frame_timeout_s;
+  if (auth_timeout_s > 0) c->auth_timeout = auth_timeout_s;
+  if (max_total_bytes > 0) c->max_total_bytes = max_total_bytes;
+}
+
+void braid__store_core_close(braid__store_core *c, braid__store_conn *k) {
+  if (k->prev)
+    k->prev->next = k->next;
+  else
+    c->conns = k->next;
+  if (k->next) k->next->prev = k->prev;
+  free(k->in);
+  braid__buf_free(&k->out);
+  free(k);
+}
+
+void braid__store_core_free(braid__store_core *c) {
+  if (!c) return;
+  while (c->conns) braid__store_core_close(c, c->conns);
+  for (size_t i = 0; i < c->nbuckets; i++) {
+    for (entry *e = c->tab[i], *nx; e; e = nx) {
+      nx = e->next;
+      free(e->val);
+      free(e);
+    }
+  }
+  free(c->tab);
+  if (c->token) {
+    memset(c->token, 0, c->token_len);
+    free(c->token);
+  }
+  free(c);
+}
+
+static void drop(braid__store_conn *k) {
+  k->dropped = 1;
+  k->parked = 0;
+}
+
+static void auth_fail(braid__store_conn *k, int reason) {
+  size_t at = braid__proto_begin(&k->out, BRAID__PT_AUTH_FAIL, (uint8_t)reason, 0);
+  braid__proto_end(&k->out, at);
+  drop(k);
+}
+
+braid__store_conn *braid__store_core_open(braid__store_core *c, int is_loopback, const char *peer, double now) {
+  braid__store_conn *k = calloc(1, sizeof *k);
+  if (!k) return NULL;
+  snprintf(k->peer, sizeof k->peer, "%s", peer ? peer : "?");
+  k->loopback = is_loopback;
+  k->opened = now;
+  k->partial_since = -1;
+  k->state = K_HELLO;
+  k->next = c->conns;
+  if (c->conns) c->conns->prev = k;
+  c->conns = k;
+  if (!c->token && !is_loopback) {
+    BLOG_WARN(BRAID_SUB_BOOT, -1,
+              "store: refused connection from %s: without a job token the store accepts loopback "
+              "connections only (set BRAID_TOKEN to accept other hosts)",
+              k->peer);
+    auth_fail(k, BRAID__PST_NOT_LOOPBACK);
+    return k;
+  }
+  if (c->token && braid__random_bytes(k->nonce, sizeof k->nonce) != 0) {
+    BLOG_ERROR(BRAID_SUB_BOOT, -1, "store: no random bytes for the handshake with %s", k->peer);
+    drop(k);
+    return k;
+  }
+  size_t at = braid__proto_begin(&k->out, BRAID__PT_S_HELLO, 0, 0);
+  braid__proto_put_hello(&k->out, c->token ? BRAID__PROTO_FLAG_TOKEN : 0, k->nonce, NULL);
+  braid__proto_end(&k->out, at);
+  if (k->out.oom) drop(k);
+  return k;
+}
+
+static void on_hello(braid__store_core *c, braid__store_conn *k, const uint8_t *p, size_t len) {
+  braid__proto_hello h;
+  int r = braid__proto_decode_hello(p, len, 1, &h);
+  if (r == -1) {
+    BLOG_WARN(BRAID_SUB_BOOT, -1, "store: dropped connection from %s: not a braid store client (bad hello)",
+              k->peer);
+    drop(k);
+    return;
+  }
+  if (r == -2) {
+    BLOG_WARN(BRAID_SUB_BOOT, -1,
+              "store: refused connection from %s: it speaks store protocol version %u, this store speaks %u",
+              k->peer, (unsigned)h.version, (unsigned)BRAID__PROTO_VERSION);
+    auth_fail(k, BRAID__PST_VERSION);
+    return;
+  }
+  int has = (h.flags & BRAID__PROTO_FLAG_TOKEN) != 0;
+  uint8_t mac[BRAID__HMAC_LEN] = {0};
+  if (c->token) {
+    if (!has) {
+      BLOG_WARN(BRAID_SUB_BOOT, -1,
+                "store: refused connection from %s: it sent no job token (BRAID_TOKEN unset on that process?)",
+                k->peer);
+      auth_fail(k, BRAID__PST_NO_TOKEN);
+      return;
+    }
+    uint8_t want[BRAID__HMAC_LEN];
+    if (braid__store_auth_mac(c->token, c->token_len, 0, k->nonce, h.nonce, want) != 0 ||
+        !braid__ct_equal(want, h.mac, sizeof want)) {
+      BLOG_WARN(BRAID_SUB_BOOT, -1, "store: refused connection from %s: wrong job token", k->peer);
+      auth_fail(k, BRAID__PST_BAD_TOKEN);
+      return;
+    }
+    if (braid__store_auth_mac(c->token, c->token_len, 1, k->nonce, h.nonce, mac) != 0) {
+      drop(k);
+      return;
+    }
+  } else if (has) {
+    BLOG_WARN(BRAID_SUB_BOOT, -1,
+              "store: refused connection from %s: it has a job token but this store was started without one",
+              k->peer);
+    auth_fail(k, BRAID__PST_UNEXPECTED_TOKEN);
+    return;
+  }
+  size_t at = braid__proto_begin(&k->out, BRAID__PT_AUTH_OK, 0, 0);
+  braid__buf_put(&k->out, mac, sizeof mac);
+  braid__proto_end(&k->out, at);
+  k->state = K_READY;
+  BLOG_DEBUG(BRAID_SUB_BOOT, -1, "store: %s authenticated", k->peer);
+}
+
+static void reply_status(braid__store_conn *k, const braid__proto_hdr *h, int st) {
+  size_t at = braid__proto_begin(&k->out, (uint8_t)(h->type | BRAID__PT_REPLY), (uint8_t)st, h->seq);
+  braid__proto_end(&k->out, at);
+}
+
+/* Tries to answer a GET or WAIT now (final: answer TIMEOUT if not satisfiable).
+   Returns 1 when answered. */
+static int try_wait(braid__store_core *c, braid__store_conn *k, const braid__proto_hdr *h,
+                    const braid__proto_req *q, int final) {
+  if (q->type == BRAID__PT_GET) {
+    entry *e = lookup(c, q->key);
+    if (!e && !final) return 0;
+    size_t at = braid__proto_begin(&k->out, (uint8_t)(h->type | BRAID__PT_REPLY),
+                                   e ? BRAID__PST_OK : BRAID__PST_TIMEOUT, h->seq);
+    if (e) braid__buf_put(&k->out, e->val, e->vlen);
+    braid__proto_end(&k->out, at);
+    return 1;
+  }
+  if (!final) {
+    const uint8_t *kp = q->keys + k->wait_off;
+    while (k->wait_idx < q->nkeys) {
+      const uint8_t *here = kp;
+      braid__bytes key;
+      braid__proto_next_key(&kp, &key);
+      if (!lookup(c, key)) {
+        kp = here;
+        break;
+      }
+      k->wait_idx++;
+    }
+    k->wait_off = (size_t)(kp - q->keys);
+    if (k->wait_idx < q->nkeys) return 0;
+  }
+  /* WAIT: present flags go straight into the reply; retracted if not answering yet. */
+  size_t at = braid__proto_begin(&k->out, (uint8_t)(h->type | BRAID__PT_REPLY), 0, h->seq);
+  braid__buf_u32(&k->out, q->nkeys);
+  if (braid__buf_reserve(&k->out, q->nkeys) != 0) {
+    BLOG_ERROR(BRAID_SUB_BOOT, -1, "store: out of memory replying to %s; dropping it", k->peer);
+    drop(k);
+    return 1;
+  }
+  const uint8_t *kp = q->keys;
+  int all = 1;
+  for (uint32_t i = 0; i < q->nkeys; i++) {
+    braid__bytes key;
+    braid__proto_next_key(&kp, &key);
+    int present = lookup(c, key) != NULL;
+    all &= present;
+    braid__buf_u8(&k->out, (uint8_t)present);
+  }
+  if (!all && !final) { /* a key was deleted meanwhile: start over */
+    k->out.len = at;
+    k->wait_idx = 0;
+    k->wait_off = 0;
+    return 0;
+  }
+  k->out.p[at + 5] = all ? BRAID__PST_OK : BRAID__PST_TIMEOUT;
+  braid__proto_end(&k->out, at);
+  return 1;
+}
+
+/* Runs one request. Returns 1 if it was parked (not consumed). */
+static int on_request(braid__store_core *c, braid__store_conn *k, const braid__proto_hdr *h, const uint8_t *p,
+                      double now) {
+  braid__proto_req q;
+  int st = braid__proto_decode_req(h->type, p, h->len, &q);
+  if (st == BRAID__PST_BAD_REQUEST) {
+    BLOG_WARN(BRAID_SUB_BOOT, -1, "store: dropped connection from %s: malformed request (type %u, %u bytes)",
+              k->peer, (unsigned)h->type, (unsigned)h->len);
+    reply_status(k, h, st);
+    drop(k);
+    return 0;
+  }
+  if (st != BRAID__PST_OK) {
+    reply_status(k, h, st);
+    return 0;
+  }
+  size_t at;
+  switch (q.type) {
+    case BRAID__PT_SET:
+      reply_status(k, h, put(c, q.key, q.val.p, q.val.len));
+      break;
+    case BRAID__PT_GET:
+    case BRAID__PT_WAIT:
+      k->wait_idx = 0;
+      k->wait_off = 0;
+      if (try_wait(c, k, h, &q, q.timeout_ms == 0)) break;
+      k->parked = 1;
+      k->park_deadline = q.timeout_ms == BRAID__PROTO_FOREVER ? INFINITY : now + q.timeout_ms / 1000.0;
+      return 1;
+    case BRAID__PT_ADD: {
+      entry *e = lookup(c, q.key);
+      int64_t v = 0;
+      if (e && braid__proto_parse_i64(e->val, e->vlen, &v) != 0) {
+        reply_status(k, h, BRAID__PST_NOT_COUNTER);
+        break;
+      }
+      v = (int64_t)((uint64_t)v + (uint64_t)q.delta);
+      char dec[24];
+      size_t n = braid__proto_format_i64(v, dec);
+      st = put(c, q.key, (const uint8_t *)dec, (uint32_t)n);
+      at = braid__proto_begin(&k->out, (uint8_t)(h->type | BRAID__PT_REPLY), (uint8_t)st, h->seq);
+      if (st == BRAID__PST_OK) braid__buf_u64(&k->out, (uint64_t)v);
+      braid__proto_end(&k->out, at);
+      break;
+    }
+    case BRAID__PT_CAS: {
+      entry *e = lookup(c, q.key);
+      int swap = q.has_expected ? (e && e->vlen == q.expected.len &&
+                                   (q.expected.len == 0 || memcmp(e->val, q.expected.p, q.expected.len) == 0))
+                                : !e;
+      if (swap) {
+        st = put(c, q.key, q.val.p, q.val.len);
+        if (st != BRAID__PST_OK) {
+          reply_status(k, h, st);
+          break;
+        }
+        e = lookup(c, q.key);
+      }
+      at = braid__proto_begin(&k->out, (uint8_t)(h->type | BRAID__PT_REPLY), 0, h->seq);
+      braid__buf_u8(&k->out, (uint8_t)swap);
+      braid__buf_u8(&k->out, e != NULL);
+      if (e)
+        braid__buf_str(&k->out, e->val, e->vlen);
+      else
+        braid__buf_u32(&k->out, 0);
+      braid__proto_end(&k->out, at);
+      break;
+    }
+    case BRAID__PT_DELETE:
+      at = braid__proto_begin(&k->out, (uint8_t)(h->type | BRAID__PT_REPLY), 0, h->seq);
+      braid__buf_u8(&k->out, (uint8_t)del(c, q.key));
+      braid__proto_end(&k->out, at);
+      break;
+    default:
+      break;
+  }
+  return 0;
+}
+
+static size_t out_pending(const braid__store_conn *k) { return k->out.len - k->out_off; }
+
+/* Runs every complete frame in the input buffer, stopping at a parked request. */
+static void process(braid__store_core *c, braid__store_conn *k, double now) {
+  while (!k->dropped && !k->parked && out_pending(k) < OUT_GATE) {
+    size_t avail = k->in_len - k->in_off;
+    if (avail < BRAID__PROTO_HDR) break;
+    braid__proto_hdr h;
+    const uint8_t *p = k->in + k->in_off;
+    uint32_t max = k->state == K_HELLO ? BRAID__PROTO_MAX_PREAUTH : BRAID__PROTO_MAX_PAYLOAD;
+    if (braid__proto_parse_hdr(p, max, &h) != 0) {
+      BLOG_WARN(BRAID_SUB_BOOT, -1,
+                "store: dropped connection from %s: malformed frame header (length %u, limit %u)", k->peer,
+                (unsigned)h.len, (unsigned)max);
+      drop(k);
+      break;
+    }
+    if (avail - BRAID__PROTO_HDR < h.len) break;
+    if (k->state == K_HELLO) {
+      if (h.type != BRAID__PT_C_HELLO) {
+        BLOG_WARN(BRAID_SUB_BOOT, -1, "store: dropped connection from %s: request before authentication",
+                  k->peer);
+        drop(k);
+        break;
+      }
+      on_hello(c, k, p + BRAID__PROTO_HDR, h.len);
+    } else if (h.type < BRAID__PT_SET || h.type > BRAID__PT_WAIT) {
+      BLOG_WARN(BRAID_SUB_BOOT, -1, "store: dropped connection from %s: unknown request type %u", k->peer,
+                (unsigned)h.type);
+      drop(k);
+      break;
+    } else if (on_request(c, k, &h, p + BRAID__PROTO_HDR, now)) {
+      break; /* parked: the frame stays buffered until it is answered */
+    }
+    k->in_off += BRAID__PROTO_HDR + (size_t)h.len;
+  }
+  if (k->out.oom) {
+    BLOG_ERROR(BRAID_SUB_BOOT, -1, "store: out of memory replying to %s; dropping it", k->peer);
+    drop(k);
+  }
+  if (k->in_off == k->in_len) {
+    k->in_off = k->in_len = 0;
+    /* Give back a big buffer once it is drained. */
+    if (k->in_cap > (1u << 20)) {
+      free(k->in);
+      k->in = NULL;
+      k->in_cap = 0;
+    }
+  }
+  /* Time bound for an incomplete frame: starts when its first byte arrives. */
+  size_t avail = k->in_len - k->in_off;
+  if (avail == 0 || k->parked || k->dropped) {
+    k->partial_since = -1;
+  } else {
+    if (k->partial_since < 0) k->partial_since = now;
+    double extra = 0;
+    if (avail >= BRAID__PROTO_HDR) extra = braid__le32(k->in + k->in_off) / (double)(1u << 20);
+    k->partial_deadline = k->partial_since + c->frame_timeout + extra;
+  }
+}
+
+int braid__store_core_feed(braid__store_core *c, braid__store_conn *k, const uint8_t *data, size_t len,
+                           double now) {
+  if (k->dropped) return -1;
+  do {
+    /* Bound: one maximal frame buffered; a well-behaved client never sends
+       more ahead. Fed in steps, since the bound grows once authenticated. */
+    size_t cap = BRAID__PROTO_HDR + (k->state == K_HELLO ? BRAID__PROTO_MAX_PREAUTH : BRAID__PROTO_MAX_PAYLOAD);
+    if (k->in_off > 0) {
+      memmove(k->in, k->in + k->in_off, k->in_len - k->in_off);
+      k->in_len -= k->in_off;
+      k->in_off = 0;
+    }
+    size_t take = len < cap - k->in_len ? len : cap - k->in_len;
+    if (len && take == 0) {
+      BLOG_WARN(BRAID_SUB_BOOT, -1, "store: dropped connection from %s: sent more than %zu bytes ahead", k->peer,
+                cap);
+      drop(k);
+      return -1;
+    }
+    if (k->in_len + take > k->in_cap) {
+      size_t nc = k->in_cap ? k->in_cap : 4096;
+      while (nc < k->in_len + take) nc *= 2;
+      if (nc > cap) nc = cap;
+      uint8_t *n = realloc(k->in, nc);
+      if (!n) {
+        BLOG_ERROR(BRAID_SUB_BOOT, -1, "store: out of memory reading from %s; dropping it", k->peer);
+        drop(k);
+        return -1;
+      }
+      k->in = n;
+      k->in_cap = nc;
+    }
+    if (take) memcpy(k->in + k->in_len, data, take);
+    k->in_len += take;
+    data += take;
+    len -= take;
+    process(c, k, now);
+  } while (len && !k->dropped);
+  return k->dropped ? -1 : 0;
+}
+
+double braid__store_core_tick(braid__store_core *c, double now) {
+  double next = INFINITY;
+  int created = c->created;
+  c->created = 0;
+  for (braid__store_conn *k = c->conns; k; k = k->next) {
+    if (k->dropped) continue;
+    if (k->state == K_HELLO && now >= k->opened + c->auth_timeout) {
+      BLOG_WARN(BRAID_SUB_BOOT, -1, "store: dropped connection from %s: no authentication within %g s", k->peer,
+                c->auth_timeout);
+      drop(k);
+      continue;
+    }
+    if (k->partial_since >= 0 && now >= k->partial_deadline) {
+      BLOG_WARN(BRAID_SUB_BOOT, -1, "store: dropped connection from %s: incomplete frame for %.1f s", k->peer,
+                now - k->partial_since);
+      drop(k);
+      continue;
+    }
+    if (k->parked && (created || now >= k->park_deadline)) {
+      braid__proto_hdr h;
+      braid__proto_req q;
+      const uint8_t *p = k->in + k->in_off;
+      (void)braid__proto_parse_hdr(p, BRAID__PROTO_MAX_PAYLOAD, &h);
+      (void)braid__proto_decode_req(h.type, p + BRAID__PROTO_HDR, h.len, &q);
+      if (try_wait(c, k, &h, &q, now >= k->park_deadline)) {
+        if (k->out.oom) {
+          BLOG_ERROR(BRAID_SUB_BOOT, -1, "store: out of memory replying to %s; dropping it", k->peer);
+          drop(k);
+          continue;
+        }
+        k->parked = 0;
+        k->in_off += BRAID__PROTO_HDR + (size_t)h.len;
+        process(c, k, now); /* requests sent behind it */
+      }
+    }
+    if (k->dropped) continue;
+    if (k->state == K_HELLO && k->opened + c->auth_timeout < next) next = k->opened + c->auth_timeout;
+    if (k->partial_since >= 0 && k->partial_deadline < next) next = k->partial_deadline;
+    if (k->parked && k->park_deadline < next) next = k->park_deadline;
+  }
+  /* Requests run by process() above may have created keys others wait for. */
+  if (c->created) next = now;
+  return next;
+}
+
+const uint8_t *braid__store_core_pending(braid__store_conn *k, size_t *len) {
+  *len = out_pending(k);
+  return k->out.p ? k->out.p + k->out_off : NULL;
+}
+
+void braid__store_core_consume(braid__store_conn *k, size_t n) {
+  k->out_off += n;
+  if (k->out_off == k->out.len) {
+    k->out_off = k->out.len = 0;
+    if (k->out.cap > (1u << 20)) braid__buf_free(&k->out);
+  }
+}
+
+int braid__store_core_dropped(const braid__store_conn *k) { return k->dropped; }
+
+/* Output was drained: requests held back by OUT_GATE may run now. */
+static void resume(braid__store_core *c, braid__store_conn *k, double now) {
+  if (!k->dropped && !k->parked && k->in_len > k->in_off) process(c, k, now);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Server thread                                                             */
+
+typedef struct slot {
+  int fd;
+  braid__store_conn *k;
+} slot;
+
+struct braid__store_server {
+  pthread_t thread;
+  int lfd[2];
+  int nl;
+  int wake[2];
+  atomic_int stop;
+  int port;
+  braid__store_core *core;
+  slot *slots;
+  size_t nslots, cap;
+  struct pollfd *pfd;
+  size_t pfd_cap;
+  uint8_t *rbuf;
+  double listen_paused_until; /* after EMFILE: accept() would fail again at once */
+  double last_busy_log;
+  pthread_mutex_t mu; /* guards the limits below, set from other threads */
+  double lim_frame, lim_auth;
+  int lim_conns;
+  size_t lim_bytes;
+  int lim_changed;
+  int max_conns;
+};
+
+#define RBUF (256u << 10)
+
+static void close_slot(braid__store_server *s, size_t i) {
+  close(s->slots[i].fd);
+  braid__store_core_close(s->core, s->slots[i].k);
+  s->slots[i] = s->slots[--s->nslots];
+}
+
+/* Sends what the socket takes now. Returns -1 if the peer is gone. */
+static int flush(braid__store_server *s, slot *sl, double now) {
+  for (;;) {
+    size_t len;
+    const uint8_t *p = braid__store_core_pending(sl->k, &len);
+    if (len == 0) return 0;
+    size_t done = 0;
+    int r = braid__sock_send_some(sl->fd, p, len, &done);
+    if (r != BRAID__SOCK_OK) return -1;
+    if (done == 0) return 0;
+    braid__store_core_consume(sl->k, done);
+    resume(s->core, sl->k, now);
+  }
+}
+
+static void do_accept(braid__store_server *s, int lfd, double now) {
+  for (;;) {
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    int fd = accept4(lfd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        if (now - s->last_busy_log > 1.0) {
+          BLOG_WARN(BRAID_SUB_BOOT, -1, "store: cannot accept connections: %s", strerror(errno));
+          s->last_busy_log = now;
+        }
+        s->listen_paused_until = now + 0.1;
+      }
+      return;
+    }
+    char peer[64];
+    braid__sock_addr_format((struct sockaddr *)&ss, peer, sizeof peer);
+    if ((int)s->nslots >= s->max_conns) {
+      if (now - s->last_busy_log > 1.0) {
+        BLOG_WARN(BRAID_SUB_BOOT, -1, "store: refused connection from %s: %d connections already open", peer,
+                  s->max_conns);
+        s->last_busy_log = now;
+      }
+      uint8_t f[BRAID__PROTO_HDR] = {0};
+      f[4] = BRAID__PT_AUTH_FAIL;
+      f[5] = BRAID__PST_BUSY;
+      size_t done;
+      (void)braid__sock_send_some(fd, f, sizeof f, &done);
+      close(fd);
+      continue;
+    }
+    if (s->nslots == s->cap) {
+      size_t nc = s->cap ? s->cap * 2 : 64;
+      slot *n = realloc(s->slots, nc * sizeof *n);
+      if (!n) {
+        close(fd);
+        return;
+      }
+      s->slots = n;
+      s->cap = nc;
+    }
+    (void)braid__sock_set_nodelay(fd);
+    (void)braid__sock_set_keepalive(fd, 60, 10, 6); /* a vanished host must not pin a parked GET forever */
+    braid__store_conn *k = braid__store_core_open(s->core, braid__sock_is_loopback((struct sockaddr *)&ss), peer, now);
+    if (!k) {
+      close(fd);
+      continue;
+    }
+    BLOG_DEBUG(BRAID_SUB_BOOT, -1, "store: connection from %s", peer);
+    s->slots[s->nslots++] = (slot){fd, k};
+  }
+}
+
+/* Reads what is available (bounded per turn for fairness). Returns -1 when the connection ends. */
+static int do_read(braid__store_server *s, slot *sl, double now) {
+  size_t total = 0;
+  while (total < 4 * RBUF) {
+    size_t got = 0;
+    int r = braid__sock_recv_some(sl->fd, s->rbuf, RBUF, &got);
+    if (r != BRAID__SOCK_OK) {
+      if (!braid__store_core_dropped(sl->k))
+        BLOG_DEBUG(BRAID_SUB_BOOT, -1, "store: connection from %s closed", sl->k->peer);
+      return -1;
+    }
+    if (got == 0) return 0;
+    total += got;
+    if (braid__store_core_feed(s->core, sl->k, s->rbuf, got, now) != 0) return 0; /* flushed, then closed */
+  }
+  return 0;
+}
+
+static void apply_limits(braid__store_server *s) {
+  pthread_mutex_lock(&s->mu);
+  if (s->lim_changed) {
+    braid__store_core_limits(s->core, s->lim_frame, s->lim_auth, s->lim_bytes);
+    if (s->lim_conns > 0) s->max_conns = s->lim_conns;
+    s->lim_changed = 0;
+  }
+  pthread_mutex_unlock(&s->mu);
+}
+
+static void *server_main(void *arg) {
+  braid__store_server *s = arg;
+  while (!atomic_load(&s->stop)) {
+    double now = braid__now();
+    double next = braid__store_core_tick(s->core, now);
+    /* Send replies; close dropped connections once their last words are out. */
+    for (size_t i = 0; i < s->nslots;) {
+      slot *sl = &s->slots[i];
+      int gone = flush(s, sl, now) != 0;
+      if (gone || braid__store_core_dropped(sl->k)) {
+        close_slot(s, i);
+        continue;
+      }
+      i++;
+    }
+    size_t need = 1 + (size_t)s->nl + s->nslots;
+    if (need > s->pfd_cap) {
+      struct pollfd *n = realloc(s->pfd, need * sizeof *n);
+      if (!n) {
+        braid__sleep(0.01);
+        continue;
+      }
+      s->pfd = n;
+      s->pfd_cap = need;
+    }
+    size_t np = 0;
+    s->pfd[np++] = (struct pollfd){s->wake[0], POLLIN, 0};
+    int listening = now >= s->listen_paused_until;
+    for (int i = 0; i < s->nl; i++) s->pfd[np++] = (struct pollfd){s->lfd[i], (short)(listening ? POLLIN : 0), 0};
+    for (size_t i = 0; i < s->nslots; i++) {
+      size_t pending;
+      (void)braid__store_core_pending(s->slots[i].k, &pending);
+      s->pfd[np++] = (struct pollfd){s->slots[i].fd, (short)(POLLIN | (pending ? POLLOUT : 0)), 0};
+    }
+    if (!listening && s->listen_paused_until < next) next = s->listen_paused_until;
+    int ms = braid__sock_poll_ms(next);
+    if (ms < 0 || ms > 1000) ms = 1000;
+    if (s->core->created) ms = 0; /* requests run while flushing woke waiters */
+    int r = poll(s->pfd, np, ms);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      BLOG_ERROR(BRAID_SUB_BOOT, -1, "store: poll failed: %s", strerror(errno));
+      braid__sleep(0.01);
+      continue;
+    }
+    now = braid__now();
+    if (s->pfd[0].revents) {
+      char junk[64];
+      while (read(s->wake[0], junk, sizeof junk) > 0) {
+      }
+      apply_limits(s);
+    }
+    for (int i = 0; i < s->nl; i++)
+      if (s->pfd[1 + i].revents & POLLIN) do_accept(s, s->lfd[i], now);
+    /* Slots accepted just now sit past the polled range; slot i still maps to
+       pfd[1 + nl + i] because removals happen only in the flush pass. */
+    size_t polled = np - 1 - (size_t)s->nl;
+    for (size_t i = 0; i < polled; i++) {
+      short rev = s->pfd[1 + s->nl + i].revents;
+      if (!rev) continue;
+      slot *sl = &s->slots[i];
+      if (rev & (POLLIN | POLLHUP | POLLERR)) {
+        if (do_read(s, sl, now) != 0) {
+          drop(sl->k); /* peer gone: the flush pass closes it */
+          continue;
+        }
+      }
+      if (rev & POLLOUT) (void)flush(s, sl, now);
+    }
+  }
+  return NULL;
+}
+
+static void server_free(braid__store_server *s) {
+  for (size_t i = 0; i < s->nslots; i++) close(s->slots[i].fd);
+  for (int i = 0; i < s->nl; i++) close(s->lfd[i]);
+  if (s->wake[0] >= 0) close(s->wake[0]);
+  if (s->wake[1] >= 0) close(s->wake[1]);
+  braid__store_core_free(s->core);
+  pthread_mutex_destroy(&s->mu);
+  free(s->slots);
+  free(s->pfd);
+  free(s->rbuf);
+  free(s);
+}
+
+/* Whether every address host resolves to is loopback. */
+static int host_is_loopback(const char *host) {
+  struct addrinfo *res = NULL;
+  if (braid__sock_resolve(host, 0, 1, &res) != 0) return 0;
+  int all = 1;
+  for (struct addrinfo *ai = res; ai; ai = ai->ai_next) all &= braid__sock_is_loopback(ai->ai_addr);
+  freeaddrinfo(res);
+  return all;
+}
+
+braid_status braid__store_server_start(const char *host, int port, const uint8_t *token, size_t token_len,
+                                       braid__store_server **out, char *err, size_t errlen) {
+  *out = NULL;
+  if (port < 0 || port > 65535) {
+    snprintf(err, errlen, "store server: port %d is out of range (0-65535)", port);
+    return BRAID_ERR_INVALID_ARG;
+  }
+  if (token && token_len == 0) token = NULL;
+  braid__store_server *s = calloc(1, sizeof *s);
+  if (!s) {
+    snprintf(err, errlen, "store server: out of memory");
+    return BRAID_ERR_NO_MEMORY;
+  }
+  s->wake[0] = s->wake[1] = -1;
+  s->max_conns = DEF_MAX_CONNS;
+  pthread_mutex_init(&s->mu, NULL);
+  s->core = braid__store_core_new(token, token_len);
+  s->rbuf = malloc(RBUF);
+  if (!s->core || !s->rbuf) {
+    server_free(s);
+    snprintf(err, errlen, "store server: out of memory");
+    return BRAID_ERR_NO_MEMORY;
+  }
+  if (pipe2(s->wake, O_NONBLOCK | O_CLOEXEC) != 0) {
+    snprintf(err, errlen, "store server: pipe: %s", strerror(errno));
+    server_free(s);
+    return BRAID_ERR_SYSTEM;
+  }
+  char why[400];
+  if (token) {
+    if (braid__sock_listen(host, port, 1024, &s->lfd[0], why, sizeof why) != 0) {
+      snprintf(err, errlen, "store server: %s", why);
+      server_free(s);
+      return BRAID_ERR_BOOTSTRAP;
+    }
+    s->nl = 1;
+  } else {
+    /* Without a token anyone who can reach the port could join: loopback only. */
+    if (host && !host_is_loopback(host))
+      BLOG_WARN(BRAID_SUB_BOOT, -1,
+                "store: no job token, so listening on loopback only instead of %s (set BRAID_TOKEN to accept "
+                "other hosts)",
+                host);
+    if (braid__sock_listen("127.0.0.1", port, 1024, &s->lfd[0], why, sizeof why) == 0) {
+      s->nl = 1;
+      int p = braid__sock_local_port(s->lfd[0]);
+      char why6[400];
+      if (braid__sock_listen("::1", p, 1024, &s->lfd[1], why6, sizeof why6) == 0) s->nl = 2;
+    } else if (braid__sock_listen("::1", port, 1024, &s->lfd[0], why, sizeof why) == 0) {
+      s->nl = 1;
+    } else {
+      snprintf(err, errlen, "store server: %s", why);
+      server_free(s);
+      return BRAID_ERR_BOOTSTRAP;
+    }
+  }
+  s->port = braid__sock_local_port(s->lfd[0]);
+  if (token)
+    BLOG_INFO(BRAID_SUB_BOOT, -1, "store: listening on %s port %d (job token required)", host ? host : "*",
+              s->port);
+  else
+    BLOG_INFO(BRAID_SUB_BOOT, -1, "store: listening on loopback port %d; no job token, loopback clients only",
+              s->port);
+  int e = pthread_create(&s->thread, NULL, server_main, s);
+  if (e != 0) {
+    snprintf(err, errlen, "store server: cannot start its thread: %s", strerror(e));
+    server_free(s);
+    return BRAID_ERR_SYSTEM;
+  }
+  *out = s;
+  return BRAID_OK;
+}
+
+int braid__store_server_port(const braid__store_server *s) { return s ? s->port : -1; }
+
+static void wake(braid__store_server *s) {
+  char b = 1;
+  ssize_t n;
+  do {
+    n = write(s->wake[1], &b, 1);
+  } while (n < 0 && errno == EINTR);
+}
+
+void braid__store_server_set_limits(braid__store_server *s, double frame_timeout_s, double auth_timeout_s,
+                                    int max_conns, size_t max_bytes) {
+  pthread_mutex_lock(&s->mu);
+  s->lim_frame = frame_timeout_s;
+  s->lim_auth = auth_timeout_s;
+  s->lim_conns = max_conns;
+  s->lim_bytes = max_bytes;
+  s->lim_changed = 1;
+  pthread_mutex_unlock(&s->mu);
+  wake(s);
+}
+
+void braid__store_server_stop(braid__store_server *s) {
+  if (!s) return;
+  atomic_store(&s->stop, 1);
+  wake(s);
+  pthread_join(s->thread, NULL);
+  server_free(s);
+}

@@ -1,0 +1,721 @@
+/* Backend shm: every collective over dtypes, ops, counts, world sizes, in and
+   out of place, unaligned buffers; bitwise-identical results; split; tagged
+   point to point; dead and aborting peers; no leaked /dev/shm entries. */
+#include <dirent.h>
+#include <math.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "braid.h"
+#include "harness.h"
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(undefined_behavior_sanitizer)
+#define SANITIZED 1
+#endif
+#endif
+#ifndef SANITIZED
+#define SANITIZED 0
+#endif
+
+static int quick(void) { return SANITIZED || getenv("BRAID_TEST_QUICK"); }
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int shm_entries(void) {
+  DIR *d = opendir("/dev/shm");
+  if (!d) return 0;
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)))
+    if (!strncmp(e->d_name, "braid-", 6)) n++;
+  closedir(d);
+  return n;
+}
+
+/* Runs body on n shm ranks with extra environment, and checks /dev/shm is as before. */
+static int run_env(int n, bt_body body, void *arg, const char *const *env, int expect_fail_rank, double timeout) {
+  int before = shm_entries();
+  bt_run_opts o = {"shm", n, timeout, env, expect_fail_rank};
+  bt_rank_result res[16];
+  int rc = bt_run_ranks_ex(&o, body, arg, res);
+  if (expect_fail_rank >= 0) {
+    rc = 0;
+    for (int r = 0; r < n; r++)
+      if (r != expect_fail_rank && !(res[r].exited && res[r].code == 0)) rc = 1;
+  }
+  int after = shm_entries();
+  if (after > before) {
+    fprintf(stderr, "shm test: %d /dev/shm/braid-* entries leaked (%d before, %d after)\n", after - before, before,
+            after);
+    return 1;
+  }
+  return rc;
+}
+
+static int run(int n, bt_body body, void *arg) { return run_env(n, body, arg, NULL, -1, quick() ? 240 : 90); }
+
+/* ---------------------------------------------------------------- values */
+
+static const braid_dtype all_dtypes[] = {BRAID_F64, BRAID_F32, BRAID_F16, BRAID_BF16, BRAID_FP8_E4M3, BRAID_FP8_E5M2,
+                                         BRAID_I64, BRAID_I32, BRAID_I16,  BRAID_I8,   BRAID_U64,      BRAID_U32,
+                                         BRAID_U16, BRAID_U8,  BRAID_BOOL, BRAID_C64,  BRAID_C128};
+
+static int is_float(braid_dtype d) { return d <= BRAID_FP8_E5M2; }
+static int is_complex(braid_dtype d) { return d == BRAID_C64 || d == BRAID_C128; }
+static int is_signed(braid_dtype d) { return d >= BRAID_I64 && d <= BRAID_I8; }
+static int is_int(braid_dtype d) { return d >= BRAID_I64 && d <= BRAID_U8; }
+
+static int op_ok(braid_dtype d, braid_op op) {
+  if (is_complex(d)) return op == BRAID_SUM || op == BRAID_PROD || op == BRAID_AVG;
+  if (is_float(d)) return op <= BRAID_AVG;
+  if (d == BRAID_BOOL) return op != BRAID_AVG;
+  return 1;
+}
+
+/* Exact small values in a binary float format (normal numbers only). */
+static uint32_t enc_small(double x, int ebits, int mbits) {
+  if (x == 0) return 0;
+  uint32_t sign = x < 0;
+  x = fabs(x);
+  int e;
+  double m = frexp(x, &e); /* x = m * 2^e, m in [0.5, 1) */
+  int bias = (1 << (ebits - 1)) - 1;
+  uint32_t be = (uint32_t)(e - 1 + bias);
+  uint32_t mant = (uint32_t)((m * 2 - 1) * (double)(1u << mbits));
+  return sign << (ebits + mbits) | be << mbits | mant;
+}
+
+static void encode(braid_dtype d, void *out, double re, double im, uint64_t bits, int use_bits) {
+  switch (d) {
+  case BRAID_F64: { double v = re; memcpy(out, &v, 8); break; }
+  case BRAID_F32: { float v = (float)re; memcpy(out, &v, 4); break; }
+  case BRAID_F16: { uint16_t v = (uint16_t)enc_small(re, 5, 10); memcpy(out, &v, 2); break; }
+  case BRAID_BF16: { uint16_t v = (uint16_t)enc_small(re, 8, 7); memcpy(out, &v, 2); break; }
+  case BRAID_FP8_E4M3: { uint8_t v = (uint8_t)enc_small(re, 4, 3); memcpy(out, &v, 1); break; }
+  case BRAID_FP8_E5M2: { uint8_t v = (uint8_t)enc_small(re, 5, 2); memcpy(out, &v, 1); break; }
+  case BRAID_C64: { float v[2] = {(float)re, (float)im}; memcpy(out, v, 8); break; }
+  case BRAID_C128: { double v[2] = {re, im}; memcpy(out, v, 16); break; }
+  default: {
+    uint64_t v = use_bits ? bits : (uint64_t)(int64_t)re;
+    memcpy(out, &v, braid_dtype_size(d)); /* little endian: the low bytes */
+    break;
+  }
+  }
+}
+
+static uint64_t mix(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+typedef struct val {
+  double re, im;
+  uint64_t bits;
+} val;
+
+/* Input element i of rank r for (dtype, op): small integers so every order of
+   reduction is exact. */
+static val input(braid_dtype d, braid_op op, int r, size_t i) {
+  val v = {0, 0, 0};
+  int fp8 = d == BRAID_FP8_E4M3 || d == BRAID_FP8_E5M2;
+  switch (op) {
+  case BRAID_AVG: v.re = (double)((i * 7 + 3) % 4); v.im = (double)(i % 3); break;
+  case BRAID_SUM:
+    if (d == BRAID_BOOL) v.re = (double)(((size_t)r + i) % 3);
+    else v.re = fp8 ? (double)(((size_t)r + i) % 2) : (double)(((size_t)r + 2 * i) % 4);
+    v.im = (double)(((size_t)r + i) % 3);
+    break;
+  case BRAID_PROD:
+    if (d == BRAID_BOOL) v.re = (double)(((size_t)r * 2 + i) % 3);
+    else if (is_complex(d)) { v.re = 1; v.im = (double)(((size_t)r + i) % 2); }
+    else v.re = (double)(1 + ((size_t)r + i) % 2);
+    break;
+  case BRAID_MIN:
+  case BRAID_MAX:
+    if (d == BRAID_BOOL) v.re = (double)(((size_t)r + i) % 3);
+    else v.re = (double)(((size_t)r * 5 + i * 3) % 7) - ((is_signed(d) || is_float(d)) ? 3.0 : 0.0);
+    break;
+  default:
+    if (d == BRAID_BOOL) v.re = (double)(((size_t)r + i) % 2);
+    else v.bits = mix((uint64_t)r * 1000003u + i);
+    break;
+  }
+  if (d == BRAID_BOOL) v.bits = (uint64_t)v.re;
+  return v;
+}
+
+static void put_input(braid_dtype d, braid_op op, int r, size_t i, void *out) {
+  val v = input(d, op, r, i);
+  encode(d, out, v.re, v.im, v.bits, d == BRAID_BOOL || (is_int(d) && op >= BRAID_BAND));
+}
+
+static void put_expected(braid_dtype d, braid_op op, int n, size_t i, void *out) {
+  val acc = input(d, op, 0, i);
+  for (int r = 1; r < n; r++) {
+    val v = input(d, op, r, i);
+    switch (op) {
+    case BRAID_SUM: acc.re += v.re; acc.im += v.im; break;
+    case BRAID_AVG: break; /* identical inputs: the average is the input */
+    case BRAID_PROD:
+      if (is_complex(d)) {
+        double re = acc.re * v.re - acc.im * v.im, im = acc.re * v.im + acc.im * v.re;
+        acc.re = re;
+        acc.im = im;
+      } else {
+        acc.re *= v.re;
+      }
+      break;
+    case BRAID_MIN: acc.re = fmin(acc.re, v.re); break;
+    case BRAID_MAX: acc.re = fmax(acc.re, v.re); break;
+    case BRAID_BAND: acc.bits &= v.bits; break;
+    case BRAID_BOR: acc.bits |= v.bits; break;
+    default: acc.bits ^= v.bits; break;
+    }
+  }
+  if (d == BRAID_BOOL) {
+    int t;
+    if (op == BRAID_SUM || op == BRAID_MAX || op == BRAID_BOR || op == BRAID_AVG) {
+      t = 0;
+      for (int r = 0; r < n; r++) t |= input(d, op, r, i).re != 0;
+    } else if (op == BRAID_PROD || op == BRAID_MIN || op == BRAID_BAND) {
+      t = 1;
+      for (int r = 0; r < n; r++) t &= input(d, op, r, i).re != 0;
+    } else {
+      t = 0;
+      for (int r = 0; r < n; r++) t ^= input(d, op, r, i).re != 0;
+    }
+    uint8_t b = (uint8_t)t;
+    memcpy(out, &b, 1);
+    return;
+  }
+  encode(d, out, acc.re, acc.im, acc.bits, is_int(d) && op >= BRAID_BAND);
+}
+
+static uint64_t fnv(const void *p, size_t len) {
+  const unsigned char *b = p;
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < len; i++) h = (h ^ b[i]) * 1099511628211ull;
+  return h;
+}
+
+/* ---------------------------------------------------------------- collectives */
+
+enum { C_AR, C_BC, C_AG, C_RS };
+static const char *coll_names[] = {"all_reduce", "broadcast", "all_gather", "reduce_scatter"};
+
+typedef struct ccase {
+  int coll;
+  braid_dtype dt;
+  braid_op op;
+  size_t count;
+  int inplace, mis;
+} ccase;
+
+#define GUARD 64
+
+/* One collective with checks of results, guards, send buffers and bitwise identity. */
+static int one_coll(braid_comm *c, int rank, int n, const ccase *k) {
+  size_t es = braid_dtype_size(k->dt), cnt = k->count;
+  size_t in_elems = k->coll == C_RS ? cnt * (size_t)n : cnt;
+  size_t out_elems = k->coll == C_AG ? cnt * (size_t)n : cnt;
+  size_t big = (in_elems > out_elems ? in_elems : out_elems) * es;
+  unsigned char *sraw = malloc(big + 2 * GUARD + 8), *rraw = malloc(big + 2 * GUARD + 8);
+  unsigned char *want = malloc(out_elems * es + 1), *copy = malloc(in_elems * es + 1);
+  BT_CHECK(sraw && rraw && want && copy, "out of memory");
+  unsigned char *sbuf = sraw + GUARD + k->mis, *rbuf = rraw + GUARD + k->mis;
+  memset(sraw, 0xA5, big + 2 * GUARD + 8);
+  memset(rraw, 0x5A, big + 2 * GUARD + 8);
+  int root = (int)(k->count % (size_t)n);
+  const char *name = coll_names[k->coll];
+  braid_status st = BRAID_OK;
+  void *send = sbuf, *recv = rbuf;
+  size_t out_off = 0; /* where the output starts inside recv (in place) */
+  switch (k->coll) {
+  case C_AR:
+  case C_BC:
+    for (size_t i = 0; i < cnt; i++) {
+      if (k->coll == C_AR) put_input(k->dt, k->op, rank, i, rbuf + i * es);
+      else if (rank == root) put_input(k->dt, BRAID_SUM, 7, i, rbuf + i * es);
+    }
+    for (size_t i = 0; i < cnt; i++) {
+      if (k->coll == C_AR) put_expected(k->dt, k->op, n, i, want + i * es);
+      else put_input(k->dt, BRAID_SUM, 7, i, want + i * es);
+    }
+    st = k->coll == C_AR ? braid_all_reduce(c, rbuf, cnt, k->dt, k->op) : braid_broadcast(c, rbuf, cnt, k->dt, root);
+    break;
+  case C_AG:
+    if (k->inplace) send = rbuf + (size_t)rank * cnt * es;
+    for (size_t i = 0; i < cnt; i++) put_input(k->dt, BRAID_SUM, rank, i, (unsigned char *)send + i * es);
+    memcpy(copy, send, cnt * es);
+    for (int q = 0; q < n; q++)
+      for (size_t i = 0; i < cnt; i++) put_input(k->dt, BRAID_SUM, q, i, want + ((size_t)q * cnt + i) * es);
+    st = braid_all_gather(c, send, rbuf, cnt, k->dt);
+    break;
+  case C_RS:
+    for (int q = 0; q < n; q++)
+      for (size_t i = 0; i < cnt; i++)
+        put_input(k->dt, k->op, rank, (size_t)q * cnt + i, sbuf + ((size_t)q * cnt + i) * es);
+    memcpy(copy, sbuf, in_elems * es);
+    for (size_t i = 0; i < cnt; i++) put_expected(k->dt, k->op, n, (size_t)rank * cnt + i, want + i * es);
+    if (k->inplace) {
+      recv = sbuf + (size_t)rank * cnt * es;
+      out_off = 0;
+    }
+    st = braid_reduce_scatter(c, sbuf, recv, cnt, k->dt, k->op);
+    break;
+  }
+  BT_CHECK(st == BRAID_OK, "%s %s %s count %zu: %s: %s", name, braid_dtype_name(k->dt), braid_op_name(k->op), cnt,
+           braid_status_string(st), braid_last_error(c));
+  BT_CHECK_OK(braid_sync(c), c);
+  unsigned char *out = (unsigned char *)recv + out_off;
+  for (size_t i = 0; i < out_elems; i++)
+    if (memcmp(out + i * es, want + i * es, es)) {
+      unsigned long long g = 0, w = 0;
+      memcpy(&g, out + i * es, es < 8 ? es : 8);
+      memcpy(&w, want + i * es, es < 8 ? es : 8);
+      BT_CHECK(0, "%s %s %s count %zu n %d inplace %d: element %zu is 0x%llx, expected 0x%llx", name,
+               braid_dtype_name(k->dt), braid_op_name(k->op), cnt, n, k->inplace, i, g, w);
+    }
+  /* Guards around the output and untouched out-of-place inputs. */
+  if (!(k->coll == C_RS && k->inplace)) {
+    unsigned char *base = rraw, *o = rbuf;
+    size_t olen = out_elems * es;
+    for (unsigned char *p = base; p < o; p++) BT_CHECK(*p == 0x5A, "%s: byte before the output written", name);
+    for (unsigned char *p = o + olen; p < rraw + big + 2 * GUARD + 8; p++)
+      BT_CHECK(*p == 0x5A, "%s: byte after the output written (%td past the end)", name, p - (o + olen));
+  }
+  if (k->coll == C_RS && !k->inplace) BT_CHECK(!memcmp(sbuf, copy, in_elems * es), "reduce_scatter wrote its send buffer");
+  if (k->coll == C_AG && !k->inplace) BT_CHECK(!memcmp(sbuf, copy, cnt * es), "all_gather wrote its send buffer");
+  /* Every rank holds the same bits. */
+  if ((k->coll == C_AR || k->coll == C_BC) && n > 1) {
+    uint64_t h = fnv(out, out_elems * es), hs[16];
+    BT_CHECK_OK(braid_all_gather(c, &h, hs, 1, BRAID_U64), c);
+    for (int q = 0; q < n; q++) BT_CHECK(hs[q] == h, "%s: rank %d's result differs from rank %d's", name, q, rank);
+  }
+  free(sraw);
+  free(rraw);
+  free(want);
+  free(copy);
+  return 0;
+}
+
+typedef struct matrix {
+  const size_t *counts;
+  int ncounts;
+  int full; /* every dtype x op; else a few */
+} matrix;
+
+static int body_matrix(braid_comm *c, int rank, int n, void *arg) {
+  const matrix *m = arg;
+  /* Large counts: a few (dtype, op) pairs that cover wide, narrow (f32
+     accumulation) and integer kernels. */
+  static const struct {
+    braid_dtype d;
+    braid_op op;
+  } few[] = {{BRAID_F32, BRAID_SUM}, {BRAID_BF16, BRAID_AVG}, {BRAID_I32, BRAID_BXOR}, {BRAID_U8, BRAID_MAX}};
+  for (int ci = 0; ci < m->ncounts; ci++) {
+    if (m->full) {
+      for (int di = 0; di < (int)BT_COUNT(all_dtypes); di++)
+        for (int op = BRAID_SUM; op <= BRAID_BXOR; op++) {
+          braid_dtype d = all_dtypes[di];
+          if (!op_ok(d, (braid_op)op)) continue;
+          for (int coll = C_AR; coll <= C_RS; coll++) {
+            if ((coll == C_BC || coll == C_AG) && op != BRAID_SUM) continue;
+            for (int ip = 0; ip < 2; ip++) {
+              if (ip && coll == C_BC) continue;
+              ccase k = {coll, d, (braid_op)op, m->counts[ci], ip, (ci + di + op) % 8};
+              if (one_coll(c, rank, n, &k)) return 1;
+            }
+          }
+        }
+      continue;
+    }
+    for (int fi = 0; fi < (int)BT_COUNT(few); fi++)
+      for (int coll = C_AR; coll <= C_RS; coll++) {
+        if ((coll == C_BC || coll == C_AG) && fi > 1) continue;
+        ccase k = {coll, few[fi].d, coll == C_BC || coll == C_AG ? BRAID_SUM : few[fi].op, m->counts[ci],
+                   (fi + coll) % 2, (fi * 3 + coll) % 8};
+        if (one_coll(c, rank, n, &k)) return 1;
+      }
+  }
+  return 0;
+}
+
+static int test_coll_small(void) {
+  static const size_t counts[] = {0, 1, 7, 1000};
+  matrix m = {counts, 4, 1};
+  static const int sizes[] = {1, 2, 3, 4, 5, 8};
+  for (size_t i = 0; i < BT_COUNT(sizes); i++) {
+    if (quick() && sizes[i] == 5) continue;
+    if (run(sizes[i], body_matrix, &m)) return 1;
+  }
+  return 0;
+}
+
+/* Medium and large counts (staging and single-copy paths), a few dtypes. */
+static int test_coll_large(void) {
+  static const size_t counts[] = {5000, 70001, 1000003};
+  static const size_t qcounts[] = {5000, 70001, 200003};
+  matrix m = {quick() ? qcounts : counts, 3, 0};
+  static const int sizes[] = {2, 3, 4};
+  /* Staging rounds, then single copy from 64 KiB up. */
+  static const char *const env[] = {"BRAID_SHM_CMA_MIN=64K", NULL};
+  for (size_t i = 0; i < BT_COUNT(sizes); i++)
+    if (run(sizes[i], body_matrix, &m) || run_env(sizes[i], body_matrix, &m, env, -1, 240)) return 1;
+  return 0;
+}
+
+static int test_coll_large_nocma(void) {
+  static const size_t counts[] = {1000003};
+  static const size_t qcounts[] = {200003};
+  matrix m = {quick() ? qcounts : counts, 1, 0};
+  /* A small staging buffer forces many pipelined rounds. */
+  static const char *const env[] = {"BRAID_SHM_CMA=0", "BRAID_SHM_BUFFER=96K", NULL};
+  if (run_env(3, body_matrix, &m, env, -1, 240)) return 1;
+  if (!quick() && run_env(2, body_matrix, &m, env, -1, 240)) return 1;
+  return 0;
+}
+
+static int body_sixteen(braid_comm *c, int rank, int n, void *arg) {
+  (void)arg;
+  double t = now_s();
+  float v[33];
+  for (int i = 0; i < 33; i++) v[i] = (float)(rank + i);
+  BT_CHECK_OK(braid_all_reduce(c, v, 33, BRAID_F32, BRAID_SUM), c);
+  for (int i = 0; i < 33; i++) BT_CHECK(v[i] == (float)(n * (n - 1) / 2 + n * i), "16 ranks: element %d wrong", i);
+  BT_CHECK_OK(braid_barrier(c), c);
+  (void)t;
+  return 0;
+}
+
+static int test_sixteen_ranks(void) { return run(16, body_sixteen, NULL); }
+
+/* ---------------------------------------------------------------- split */
+
+static int body_split(braid_comm *c, int rank, int n, void *arg) {
+  (void)arg;
+  for (int pattern = 0; pattern < 3; pattern++) {
+    uint32_t color = pattern == 0 ? (uint32_t)(rank % 2) : pattern == 1 ? (rank == 0 ? BRAID_SPLIT_NONE : 7u) : 3u;
+    uint32_t key = pattern == 2 ? (uint32_t)(n - rank) : 0u;
+    braid_comm *child = NULL;
+    BT_CHECK_OK(braid_split(c, color, key, &child), c);
+    if (color == BRAID_SPLIT_NONE) {
+      BT_CHECK(child == NULL, "BRAID_SPLIT_NONE gave a communicator");
+      /* The parent stays usable while the others also use their child. */
+      for (int it = 0; it < 3; it++) {
+        size_t cnt = it == 1 ? 100000 : 3;
+        int32_t *b = malloc(cnt * 4);
+        BT_CHECK(b != NULL, "oom");
+        for (size_t i = 0; i < cnt; i++) b[i] = rank + (int32_t)i;
+        BT_CHECK_OK(braid_all_reduce(c, b, cnt, BRAID_I32, BRAID_SUM), c);
+        for (size_t i = 0; i < cnt; i++)
+          BT_CHECK(b[i] == (int32_t)(n * (n - 1) / 2 + (int64_t)n * (int64_t)i), "parent sum wrong at %zu", i);
+        free(b);
+      }
+      int gotp = -1;
+      BT_CHECK_OK(braid_send(c, &rank, 1, BRAID_I32, (rank + 1) % n, 1), c);
+      BT_CHECK_OK(braid_recv(c, &gotp, 1, BRAID_I32, (rank + n - 1) % n, 1), c);
+      BT_CHECK_OK(braid_sync(c), c);
+      BT_CHECK(gotp == (rank + n - 1) % n, "p2p got %d", gotp);
+      continue;
+    }
+    BT_CHECK(child != NULL, "no child communicator");
+    int cn = braid_world_size(child), cr = braid_rank(child);
+    int expect_n = pattern == 0 ? (n - rank % 2 + 1) / 2 : pattern == 1 ? n - 1 : n;
+    BT_CHECK(cn == expect_n, "child size %d, expected %d", cn, expect_n);
+    if (pattern == 2) BT_CHECK(cr == n - 1 - rank, "reversed key: child rank %d", cr);
+    /* Interleave parent and child collectives, small and large. */
+    for (int it = 0; it < 3; it++) {
+      size_t cnt = it == 1 ? 100000 : 3;
+      int32_t *a = malloc(cnt * 4), *b = malloc(cnt * 4);
+      BT_CHECK(a && b, "oom");
+      for (size_t i = 0; i < cnt; i++) a[i] = b[i] = rank + (int32_t)i;
+      BT_CHECK_OK(braid_all_reduce(child, a, cnt, BRAID_I32, BRAID_SUM), child);
+      BT_CHECK_OK(braid_all_reduce(c, b, cnt, BRAID_I32, BRAID_SUM), c);
+      int64_t csum = 0;
+      for (int r = 0; r < n; r++) {
+        int member = pattern == 0 ? r % 2 == rank % 2 : pattern == 1 ? r != 0 : 1;
+        if (member) csum += r;
+      }
+      for (size_t i = 0; i < cnt; i++) {
+        BT_CHECK(a[i] == (int32_t)(csum + (int64_t)cn * (int64_t)i), "child sum wrong at %zu", i);
+        BT_CHECK(b[i] == (int32_t)(n * (n - 1) / 2 + (int64_t)n * (int64_t)i), "parent sum wrong at %zu", i);
+      }
+      free(a);
+      free(b);
+    }
+    /* p2p on the child with the same tag as on the parent. */
+    int right = (cr + 1) % cn, left = (cr + cn - 1) % cn, got = -1, gotp = -1;
+    BT_CHECK_OK(braid_send(child, &cr, 1, BRAID_I32, right, 1), child);
+    BT_CHECK_OK(braid_recv(child, &got, 1, BRAID_I32, left, 1), child);
+    BT_CHECK_OK(braid_send(c, &rank, 1, BRAID_I32, (rank + 1) % n, 1), c);
+    BT_CHECK_OK(braid_recv(c, &gotp, 1, BRAID_I32, (rank + n - 1) % n, 1), c);
+    BT_CHECK_OK(braid_sync(child), child);
+    BT_CHECK_OK(braid_sync(c), c);
+    BT_CHECK(got == left && gotp == (rank + n - 1) % n, "p2p got %d/%d", got, gotp);
+    BT_CHECK_OK(braid_destroy(child), NULL);
+  }
+  return 0;
+}
+
+static int test_split(void) {
+  static const int sizes[] = {2, 3, 5};
+  for (size_t i = 0; i < BT_COUNT(sizes); i++)
+    if (run(sizes[i], body_split, NULL)) return 1;
+  return 0;
+}
+
+/* ---------------------------------------------------------------- point to point */
+
+static int body_ring(braid_comm *c, int rank, int n, void *arg) {
+  size_t bytes = *(const size_t *)arg;
+  unsigned char *s = malloc(bytes), *r = malloc(bytes);
+  BT_CHECK(s && r, "oom");
+  for (size_t i = 0; i < bytes; i++) s[i] = (unsigned char)(rank * 31 + i * 7);
+  memset(r, 0, bytes);
+  int right = (rank + 1) % n, left = (rank + n - 1) % n;
+  BT_CHECK_OK(braid_send(c, s, bytes, BRAID_U8, right, 42), c);
+  BT_CHECK_OK(braid_recv(c, r, bytes, BRAID_U8, left, 42), c);
+  BT_CHECK_OK(braid_sync(c), c);
+  for (size_t i = 0; i < bytes; i++)
+    BT_CHECK(r[i] == (unsigned char)(left * 31 + i * 7), "ring of %zu bytes: byte %zu wrong", bytes, i);
+  free(s);
+  free(r);
+  return 0;
+}
+
+static int test_p2p_ring(void) {
+  size_t small = 1, big = quick() ? (8u << 20) : (64u << 20);
+  if (run(2, body_ring, &small) || run(4, body_ring, &small) || run(2, body_ring, &big) || run(3, body_ring, &big))
+    return 1;
+  static const char *const env[] = {"BRAID_SHM_CMA=0", NULL};
+  return run_env(2, body_ring, &big, env, -1, 120);
+}
+
+static int body_alltoall_tags(braid_comm *c, int rank, int n, void *arg) {
+  (void)arg;
+  size_t sizes[2] = {100, 300000};
+  uint32_t *sb[16][2], *rb[16][2];
+  for (int q = 0; q < n; q++)
+    for (int k = 0; k < 2; k++) {
+      sb[q][k] = malloc(sizes[k] * 4);
+      rb[q][k] = calloc(sizes[k], 4);
+      BT_CHECK(sb[q][k] && rb[q][k], "oom");
+      for (size_t i = 0; i < sizes[k]; i++) sb[q][k][i] = (uint32_t)(rank * 1000000 + q * 1000 + k) ^ (uint32_t)i;
+    }
+  for (int q = 0; q < n; q++) {
+    BT_CHECK_OK(braid_recv(c, rb[q][1], sizes[1], BRAID_U32, q, 101), c);
+    for (int k = 0; k < 2; k++) BT_CHECK_OK(braid_send(c, sb[q][k], sizes[k], BRAID_U32, q, 100 + (uint32_t)k), c);
+    BT_CHECK_OK(braid_recv(c, rb[q][0], sizes[0], BRAID_U32, q, 100), c);
+  }
+  BT_CHECK_OK(braid_sync(c), c);
+  for (int q = 0; q < n; q++)
+    for (int k = 0; k < 2; k++)
+      for (size_t i = 0; i < sizes[k]; i++)
+        BT_CHECK(rb[q][k][i] == ((uint32_t)(q * 1000000 + rank * 1000 + k) ^ (uint32_t)i),
+                 "all-to-all: from %d size %zu element %zu wrong", q, sizes[k], i);
+  for (int q = 0; q < n; q++)
+    for (int k = 0; k < 2; k++) {
+      free(sb[q][k]);
+      free(rb[q][k]);
+    }
+  return 0;
+}
+
+static int test_p2p_alltoall(void) {
+  static const char *const env[] = {"BRAID_SHM_CMA=0", NULL};
+  return run(4, body_alltoall_tags, NULL) || run(3, body_alltoall_tags, NULL) ||
+         run_env(3, body_alltoall_tags, NULL, env, -1, 120);
+}
+
+static int body_ordered(braid_comm *c, int rank, int n, void *arg) {
+  (void)arg;
+  (void)n;
+  enum { M = 3000 };
+  static int32_t vals[M], got[M];
+  if (rank == 0) {
+    for (int i = 0; i < M; i++) {
+      vals[i] = i;
+      BT_CHECK_OK(braid_send(c, &vals[i], 1, BRAID_I32, 1, 7), c);
+    }
+    /* A few large ones on the same tag keep their place in the order. */
+    BT_CHECK_OK(braid_sync(c), c);
+  } else if (rank == 1) {
+    for (int i = 0; i < M / 2; i++) BT_CHECK_OK(braid_recv(c, &got[i], 1, BRAID_I32, 0, 7), c);
+    usleep(20000); /* the rest arrive unexpected */
+    for (int i = M / 2; i < M; i++) BT_CHECK_OK(braid_recv(c, &got[i], 1, BRAID_I32, 0, 7), c);
+    BT_CHECK_OK(braid_sync(c), c);
+    for (int i = 0; i < M; i++) BT_CHECK(got[i] == i, "message %d arrived as %d", i, got[i]);
+  }
+  BT_CHECK_OK(braid_barrier(c), c);
+  return 0;
+}
+
+static int test_p2p_ordered(void) { return run(2, body_ordered, NULL) || run(3, body_ordered, NULL); }
+
+static int body_mismatch(braid_comm *c, int rank, int n, void *arg) {
+  (void)n;
+  size_t base = *(const size_t *)arg; /* 3: eager; large: rendezvous */
+  double *s = malloc((base + 1) * 8), *r = calloc(base + 1, 8);
+  BT_CHECK(s && r, "oom");
+  for (size_t i = 0; i <= base; i++) s[i] = (double)i + 0.5;
+  int go = 1;
+  if (rank == 0) {
+    /* Messages of one pair arrive in order: when "go" arrives, so has tag 5. */
+    BT_CHECK_OK(braid_send(c, s, base, BRAID_F64, 1, 5), c);
+    BT_CHECK_OK(braid_send(c, &go, 1, BRAID_I32, 1, 9), c);
+    BT_CHECK_OK(braid_sync(c), c);
+    /* Sent only once rank 1 has posted its receive. */
+    BT_CHECK_OK(braid_recv(c, &go, 1, BRAID_I32, 1, 8), c);
+    BT_CHECK_OK(braid_sync(c), c);
+    BT_CHECK_OK(braid_send(c, s, base, BRAID_F64, 1, 6), c);
+    BT_CHECK_OK(braid_sync(c), c);
+  } else {
+    BT_CHECK_OK(braid_recv(c, &go, 1, BRAID_I32, 0, 9), c);
+    BT_CHECK_OK(braid_sync(c), c);
+    /* Arrived before the receive: the receive fails at once, the message stays. */
+    BT_CHECK_ST(braid_recv(c, r, base - 1, BRAID_F64, 0, 5), BRAID_ERR_MISMATCH, c);
+    char want[200];
+    snprintf(want, sizeof want,
+             "message from rank 0 with tag 5 has %zu elements of f64 (%zu bytes) but the receive expects %zu "
+             "elements of f64 (%zu bytes)",
+             base, base * 8, base - 1, (base - 1) * 8);
+    BT_CHECK_MSG(c, want);
+    BT_CHECK_OK(braid_recv(c, r, base, BRAID_F64, 0, 5), c);
+    BT_CHECK_OK(braid_sync(c), c);
+    for (size_t i = 0; i < base; i++) BT_CHECK(r[i] == s[i], "tag 5 element %zu", i);
+    /* Posted before the message: the sync that would complete it fails. */
+    BT_CHECK_OK(braid_recv(c, r, base + 1, BRAID_F64, 0, 6), c);
+    BT_CHECK_OK(braid_send(c, &go, 1, BRAID_I32, 0, 8), c);
+    BT_CHECK_ST(braid_sync(c), BRAID_ERR_MISMATCH, c);
+    BT_CHECK_MSG(c, "with tag 6 has");
+    memset(r, 0, (base + 1) * 8);
+    BT_CHECK_OK(braid_recv(c, r, base, BRAID_F64, 0, 6), c);
+    BT_CHECK_OK(braid_sync(c), c);
+    for (size_t i = 0; i < base; i++) BT_CHECK(r[i] == s[i], "tag 6 element %zu", i);
+  }
+  BT_CHECK_OK(braid_barrier(c), c);
+  free(s);
+  free(r);
+  return 0;
+}
+
+static int test_p2p_mismatch(void) {
+  size_t small = 3, large = 100000;
+  static const char *const env[] = {"BRAID_SHM_CMA=0", NULL};
+  return run(2, body_mismatch, &small) || run(2, body_mismatch, &large) || run_env(2, body_mismatch, &large, env, -1, 60);
+}
+
+/* ---------------------------------------------------------------- failures */
+
+typedef struct kill_case {
+  int what; /* 0 all-reduce, 1 broadcast, 2 recv, 3 abort */
+  int victim;
+} kill_case;
+
+static int body_kill(braid_comm *c, int rank, int n, void *arg) {
+  const kill_case *k = arg;
+  size_t cnt = 1 << 18;
+  float *buf = calloc(cnt, 4);
+  BT_CHECK(buf != NULL, "oom");
+  for (int it = 0;; it++) {
+    if (rank == k->victim && it == 3) {
+      if (k->what == 3) {
+        braid_abort(c);
+        usleep(300000);
+        _exit(0);
+      }
+      raise(SIGKILL);
+    }
+    double t0 = now_s();
+    braid_status st;
+    if (k->what == 0 || k->what == 3) st = braid_all_reduce(c, buf, it % 2 ? cnt : 3, BRAID_F32, BRAID_SUM);
+    else if (k->what == 1) st = braid_broadcast(c, buf, it % 2 ? cnt : 3, BRAID_F32, (it + 1) % n);
+    else {
+      st = braid_recv(c, buf, 4, BRAID_F32, (rank + n - 1) % n, 3);
+      if (!st) st = braid_send(c, buf, 4, BRAID_F32, (rank + 1) % n, 3);
+      if (!st) st = braid_sync(c);
+    }
+    double dt = now_s() - t0;
+    if (st == BRAID_OK) {
+      BT_CHECK(it < (k->what == 2 ? 5 : 3), "rank %d: iteration %d succeeded after the victim left", rank, it);
+      continue;
+    }
+    BT_CHECK(st == BRAID_ERR_PEER_LOST, "rank %d: got %s, expected PEER_LOST: %s", rank, braid_status_string(st),
+             braid_last_error(c));
+    char want[64];
+    snprintf(want, sizeof want, "rank %d", k->victim);
+    BT_CHECK_MSG(c, want);
+    BT_CHECK(dt < 5.0, "noticed after %.2f s", dt);
+    /* Sticky. */
+    BT_CHECK_ST(braid_barrier(c), BRAID_ERR_PEER_LOST, c);
+    break;
+  }
+  free(buf);
+  return 0;
+}
+
+static int test_kill_peer(void) {
+  static const char *const env[] = {"BRAID_TIMEOUT=100", NULL};
+  for (int what = 0; what < 4; what++) {
+    kill_case k = {what, what == 2 ? 1 : 2};
+    int before = shm_entries();
+    if (run_env(4, body_kill, &k, env, k.victim, 60)) {
+      fprintf(stderr, "kill test %d failed\n", what);
+      return 1;
+    }
+    BT_CHECK(shm_entries() <= before, "kill test %d left /dev/shm entries", what);
+  }
+  return 0;
+}
+
+static int body_timeout(braid_comm *c, int rank, int n, void *arg) {
+  (void)n;
+  (void)arg;
+  int x = 0;
+  if (rank == 0) {
+    double t0 = now_s();
+    BT_CHECK_OK(braid_recv(c, &x, 1, BRAID_I32, 1, 77), c);
+    BT_CHECK_ST(braid_sync(c), BRAID_ERR_TIMEOUT, c);
+    BT_CHECK_MSG(c, "rank 1");
+    BT_CHECK_MSG(c, "tag 77");
+    BT_CHECK(now_s() - t0 < 3.0, "timeout took %.2f s", now_s() - t0);
+  } else {
+    /* The timed-out rank fails the communicator for everyone (entering late
+       so that rank 0's wait is the one that runs out). */
+    usleep(300000);
+    braid_status st = braid_barrier(c);
+    BT_CHECK(st == BRAID_ERR_PEER_LOST || st == BRAID_ERR_TIMEOUT, "barrier: %s", braid_status_string(st));
+  }
+  return 0;
+}
+
+static int test_timeout(void) {
+  static const char *const env[] = {"BRAID_TIMEOUT=0.5", NULL};
+  return run_env(2, body_timeout, NULL, env, -1, 30);
+}
+
+static const bt_case cases[] = {
+    {"coll_small", test_coll_small, 400},  {"coll_large", test_coll_large, 400},
+    {"coll_large_nocma", test_coll_large_nocma, 400},
+    {"sixteen_ranks", test_sixteen_ranks, 120}, {"split", test_split, 120},
+    {"p2p_ring", test_p2p_ring, 200},     {"p2p_alltoall", test_p2p_alltoall, 120},
+    {"p2p_ordered", test_p2p_ordered, 120}, {"p2p_mismatch", test_p2p_mismatch, 120},
+    {"kill_peer", test_kill_peer, 200},   {"timeout", test_timeout, 60},
+};
+
+int main(int argc, char **argv) { return bt_main(argc, argv, cases, BT_COUNT(cases)); }

@@ -1,0 +1,1087 @@
+/* Rendezvous store: operations, blocking semantics, authentication, limits,
+   hostile clients, connection retry, and the frame parser over bad input. */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "bootstrap/store.h"
+#include "bootstrap/store_proto.h"
+#include "core/log.h"
+#include "harness.h"
+#include "os/sock.h"
+#include "os/time.h"
+#include "../fuzz/store_frame_driver.h"
+
+static const uint8_t TOKEN_A[32] = {0xa1, 0xa2, 0xa3, 0xa4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16,
+                                    17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32};
+static const uint8_t TOKEN_B[32] = {0xb1, 0xb2, 0xb3, 0xb4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16,
+                                    17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32};
+
+static braid__store_server *start_server(const uint8_t *token) {
+  char err[512];
+  braid__store_server *s = NULL;
+  if (braid__store_server_start("127.0.0.1", 0, token, token ? 32 : 0, &s, err, sizeof err) != BRAID_OK) {
+    fprintf(stderr, "server start: %s\n", err);
+    return NULL;
+  }
+  return s;
+}
+
+static braid__store *connect_to(int port, const uint8_t *token) {
+  char err[512];
+  braid__store *st = NULL;
+  if (braid__store_connect("127.0.0.1", port, token, token ? 32 : 0, braid__deadline(10), &st, err, sizeof err) !=
+      BRAID_OK) {
+    fprintf(stderr, "connect: %s\n", err);
+    return NULL;
+  }
+  return st;
+}
+
+/* A free loopback port: bound, read back, released. */
+static int free_port(void) {
+  int fd = -1;
+  char err[256];
+  if (braid__sock_listen("127.0.0.1", 0, 1, &fd, err, sizeof err) != 0) return -1;
+  int p = braid__sock_local_port(fd);
+  close(fd);
+  return p;
+}
+
+static int get_str(braid__store *st, const char *key, char *out, size_t cap, double timeout) {
+  void *v = NULL;
+  size_t n = 0;
+  braid_status s = braid__store_get(st, key, &v, &n, braid__deadline(timeout));
+  if (s != BRAID_OK) return -(int)s;
+  if (n >= cap) n = cap - 1;
+  memcpy(out, v, n);
+  out[n] = 0;
+  free(v);
+  return 0;
+}
+
+/* ---- raw sockets speaking the protocol by hand ---- */
+
+static int raw_connect(int port) {
+  int fd = -1;
+  char why[256];
+  if (braid__sock_connect("127.0.0.1", port, braid__deadline(5), &fd, why, sizeof why) != 0) return -1;
+  return fd;
+}
+
+static int raw_send(int fd, const void *p, size_t n) {
+  return braid__sock_write_full(fd, p, n, braid__deadline(5)) == BRAID__SOCK_OK ? 0 : -1;
+}
+
+/* Reads one frame; payload malloc'd into *pl. Returns 0, or a BRAID__SOCK_* code. */
+static int raw_read_frame(int fd, braid__proto_hdr *h, uint8_t **pl, double timeout) {
+  uint8_t hb[BRAID__PROTO_HDR];
+  *pl = NULL;
+  int r = braid__sock_read_full(fd, hb, sizeof hb, braid__deadline(timeout));
+  if (r != BRAID__SOCK_OK) return r;
+  if (braid__proto_parse_hdr(hb, BRAID__STORE_MAX_VALUE + 64u, h) != 0) return BRAID__SOCK_ERR;
+  *pl = malloc(h->len + 1);
+  return braid__sock_read_full(fd, *pl, h->len, braid__deadline(timeout));
+}
+
+/* Plays the client side of a token-less handshake. */
+static int raw_hello(int fd) {
+  braid__proto_hdr h;
+  uint8_t *pl;
+  if (raw_read_frame(fd, &h, &pl, 5) != 0 || h.type != BRAID__PT_S_HELLO) return -1;
+  free(pl);
+  uint8_t zero[32] = {0};
+  braid__buf b = {0};
+  size_t at = braid__proto_begin(&b, BRAID__PT_C_HELLO, 0, 0);
+  braid__proto_put_hello(&b, 0, zero, zero);
+  braid__proto_end(&b, at);
+  int r = raw_send(fd, b.p, b.len);
+  braid__buf_free(&b);
+  if (r != 0 || raw_read_frame(fd, &h, &pl, 5) != 0 || h.type != BRAID__PT_AUTH_OK) return -1;
+  free(pl);
+  return 0;
+}
+
+/* Waits for the server to close fd: 1 if it did within timeout. */
+static int raw_closed_within(int fd, double timeout) {
+  double dl = braid__deadline(timeout);
+  char buf[4096];
+  for (;;) {
+    short rev = 0;
+    int r = braid__sock_poll1(fd, POLLIN, dl, &rev);
+    if (r <= 0) return 0;
+    ssize_t n = recv(fd, buf, sizeof buf, 0);
+    if (n == 0) return 1;
+    if (n < 0 && errno != EINTR && errno != EAGAIN) return 1; /* reset */
+  }
+}
+
+/* A raw SET frame with arbitrary key and value sizes (contents 'k' / 'v'). */
+static void raw_set_frame(braid__buf *b, uint32_t seq, size_t klen, size_t vlen) {
+  size_t at = braid__proto_begin(b, BRAID__PT_SET, 0, seq);
+  braid__buf_u32(b, (uint32_t)klen);
+  if (braid__buf_reserve(b, klen) == 0) {
+    memset(b->p + b->len, 'k', klen);
+    b->len += klen;
+  }
+  braid__buf_u32(b, (uint32_t)vlen);
+  if (braid__buf_reserve(b, vlen) == 0) {
+    memset(b->p + b->len, 'v', vlen);
+    b->len += vlen;
+  }
+  braid__proto_end(b, at);
+}
+
+/* A good client still works: SET then GET. */
+static int still_serves(int port, const uint8_t *token, const char *key) {
+  braid__store *st = connect_to(port, token);
+  BT_CHECK(st != NULL, "a good client could not connect after the bad one");
+  BT_CHECK(braid__store_set(st, key, "alive", 5) == BRAID_OK, "set: %s", braid__store_error(st));
+  char v[16];
+  BT_CHECK(get_str(st, key, v, sizeof v, 5) == 0 && !strcmp(v, "alive"), "get: %s", braid__store_error(st));
+  braid__store_close(st);
+  return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+
+static int test_token_helpers(void) {
+  uint8_t t[32], u[32];
+  char hex[65], hex2[65];
+  BT_CHECK(braid__token_generate(t) == 0, "generate");
+  braid__token_format(t, hex);
+  BT_CHECK(strlen(hex) == 64, "format length %zu", strlen(hex));
+  BT_CHECK(braid__token_parse(hex, u) == 0 && !memcmp(t, u, 32), "roundtrip");
+  for (int i = 0; hex[i]; i++) hex2[i] = (char)((hex[i] >= 'a' && hex[i] <= 'f') ? hex[i] - 32 : hex[i]);
+  hex2[64] = 0;
+  BT_CHECK(braid__token_parse(hex2, u) == 0 && !memcmp(t, u, 32), "upper-case hex accepted");
+  uint8_t t2[32];
+  BT_CHECK(braid__token_generate(t2) == 0 && memcmp(t, t2, 32) != 0, "two tokens differ");
+  memcpy(hex2, hex, 65);
+  hex2[10] = 'g';
+  BT_CHECK(braid__token_parse(hex2, u) != 0, "non-hex digit rejected");
+  BT_CHECK(braid__token_parse("abcd", u) != 0, "short rejected");
+  char longer[70];
+  snprintf(longer, sizeof longer, "%s00", hex);
+  BT_CHECK(braid__token_parse(longer, u) != 0, "long rejected");
+  BT_CHECK(braid__token_parse(NULL, u) != 0, "NULL rejected");
+  BT_CHECK(braid__token_parse("", u) != 0, "empty rejected");
+  return 0;
+}
+
+static int test_basic_ops(void) {
+  braid__store_server *srv = start_server(TOKEN_A);
+  BT_CHECK(srv, "server");
+  braid__store *st = connect_to(braid__store_server_port(srv), TOKEN_A);
+  BT_CHECK(st, "connect");
+
+  const uint8_t bin[5] = {0, 1, 0, 255, 7};
+  BT_CHECK(braid__store_set(st, "bin", bin, sizeof bin) == BRAID_OK, "%s", braid__store_error(st));
+  void *v = NULL;
+  size_t n = 0;
+  BT_CHECK(braid__store_get(st, "bin", &v, &n, braid__deadline(1)) == BRAID_OK, "%s", braid__store_error(st));
+  BT_CHECK(n == 5 && !memcmp(v, bin, 5), "binary value roundtrip");
+  free(v);
+  BT_CHECK(braid__store_set(st, "empty", NULL, 0) == BRAID_OK, "%s", braid__store_error(st));
+  BT_CHECK(braid__store_get(st, "empty", &v, &n, braid__deadline(1)) == BRAID_OK && n == 0 && v, "empty value");
+  free(v);
+  BT_CHECK(braid__store_set(st, "bin", "xy", 2) == BRAID_OK, "overwrite");
+  char s[64];
+  BT_CHECK(get_str(st, "bin", s, sizeof s, 1) == 0 && !strcmp(s, "xy"), "overwritten value %s", s);
+
+  /* ADD: missing key counts as 0; stored as decimal text. */
+  int64_t r = 0;
+  BT_CHECK(braid__store_add(st, "ctr", 5, &r) == BRAID_OK && r == 5, "add 5 -> %lld", (long long)r);
+  BT_CHECK(braid__store_add(st, "ctr", -7, &r) == BRAID_OK && r == -2, "add -7 -> %lld", (long long)r);
+  BT_CHECK(get_str(st, "ctr", s, sizeof s, 1) == 0 && !strcmp(s, "-2"), "counter text %s", s);
+  BT_CHECK(braid__store_set(st, "ctr2", "40", 2) == BRAID_OK, "seed");
+  BT_CHECK(braid__store_add(st, "ctr2", 2, &r) == BRAID_OK && r == 42, "seeded add -> %lld", (long long)r);
+  BT_CHECK(braid__store_set(st, "big", "9223372036854775807", 19) == BRAID_OK, "seed max");
+  BT_CHECK(braid__store_add(st, "big", 1, &r) == BRAID_OK && r == INT64_MIN, "wraps");
+  BT_CHECK(braid__store_add(st, "bin", 1, &r) == BRAID_ERR_INVALID_ARG, "ADD on non-counter");
+  BT_CHECK(strstr(braid__store_error(st), "not a decimal integer"), "msg: %s", braid__store_error(st));
+
+  /* CAS */
+  int swapped = -1;
+  void *cur = NULL;
+  size_t cl = 0;
+  BT_CHECK(braid__store_cas(st, "lock", NULL, 0, "A", 1, &swapped, &cur, &cl) == BRAID_OK, "%s",
+           braid__store_error(st));
+  BT_CHECK(swapped == 1 && cl == 1 && !memcmp(cur, "A", 1), "create-if-missing swapped");
+  free(cur);
+  BT_CHECK(braid__store_cas(st, "lock", NULL, 0, "B", 1, &swapped, &cur, &cl) == BRAID_OK, "cas");
+  BT_CHECK(swapped == 0 && cl == 1 && !memcmp(cur, "A", 1), "create-if-missing on existing: no swap, current A");
+  free(cur);
+  BT_CHECK(braid__store_cas(st, "lock", "Z", 1, "B", 1, &swapped, &cur, &cl) == BRAID_OK, "cas");
+  BT_CHECK(swapped == 0 && cl == 1 && !memcmp(cur, "A", 1), "different expected: no swap");
+  free(cur);
+  BT_CHECK(braid__store_cas(st, "lock", "A", 1, "BB", 2, &swapped, &cur, &cl) == BRAID_OK, "cas");
+  BT_CHECK(swapped == 1 && cl == 2 && !memcmp(cur, "BB", 2), "equal expected: swapped");
+  free(cur);
+  BT_CHECK(braid__store_cas(st, "nokey", "A", 1, "B", 1, &swapped, &cur, &cl) == BRAID_OK, "cas");
+  BT_CHECK(swapped == 0 && cur == NULL, "expected on a missing key: no swap, no value");
+  BT_CHECK(get_str(st, "lock", s, sizeof s, 1) == 0 && !strcmp(s, "BB"), "value after cas %s", s);
+
+  /* DELETE */
+  int existed = -1;
+  BT_CHECK(braid__store_delete(st, "lock", &existed) == BRAID_OK && existed == 1, "delete existing");
+  BT_CHECK(braid__store_delete(st, "lock", &existed) == BRAID_OK && existed == 0, "delete missing");
+  BT_CHECK(braid__store_get(st, "lock", &v, &n, braid__deadline(0.05)) == BRAID_ERR_TIMEOUT, "deleted key gone");
+
+  braid__store_close(st);
+  braid__store_server_stop(srv);
+  return 0;
+}
+
+typedef struct adder {
+  int port;
+  int id;
+  int ok;
+  char err[512];
+} adder;
+
+static void *add_worker(void *p) {
+  adder *a = p;
+  braid__store *st = connect_to(a->port, TOKEN_A);
+  if (!st) return NULL;
+  char key[64], val[64];
+  for (int i = 0; i < 1000; i++) {
+    int64_t r;
+    if (braid__store_add(st, "total", 1, &r) != BRAID_OK) {
+      snprintf(a->err, sizeof a->err, "add: %s", braid__store_error(st));
+      goto out;
+    }
+    if (i % 50 == 0) {
+      snprintf(key, sizeof key, "w%d/%d", a->id, i);
+      snprintf(val, sizeof val, "v%d-%d", a->id, i);
+      if (braid__store_set(st, key, val, strlen(val)) != BRAID_OK) goto out;
+      /* Another worker's key of the same round: blocks until it exists. */
+      snprintf(key, sizeof key, "w%d/%d", (a->id + 1) % 8, i);
+      char got[64], want[64];
+      snprintf(want, sizeof want, "v%d-%d", (a->id + 1) % 8, i);
+      if (get_str(st, key, got, sizeof got, 20) != 0 || strcmp(got, want) != 0) {
+        snprintf(a->err, sizeof a->err, "get %s: %s", key, braid__store_error(st));
+        goto out;
+      }
+    }
+  }
+  a->ok = 1;
+out:
+  braid__store_close(st);
+  return NULL;
+}
+
+static int test_concurrent_clients(void) {
+  braid__store_server *srv = start_server(TOKEN_A);
+  BT_CHECK(srv, "server");
+  enum { N = 8 };
+  pthread_t t[N];
+  adder a[N];
+  for (int i = 0; i < N; i++) {
+    a[i] = (adder){braid__store_server_port(srv), i, 0, ""};
+    BT_CHECK(pthread_create(&t[i], NULL, add_worker, &a[i]) == 0, "pthread_create");
+  }
+  for (int i = 0; i < N; i++) pthread_join(t[i], NULL);
+  for (int i = 0; i < N; i++) BT_CHECK(a[i].ok, "worker %d: %s", i, a[i].err);
+  braid__store *st = connect_to(braid__store_server_port(srv), TOKEN_A);
+  BT_CHECK(st, "connect");
+  int64_t r = -1;
+  BT_CHECK(braid__store_add(st, "total", 0, &r) == BRAID_OK && r == N * 1000, "total %lld", (long long)r);
+  braid__store_close(st);
+  braid__store_server_stop(srv);
+  return 0;
+}
+
+typedef struct getter {
+  int port;
+  const char *key;
+  double timeout;
+  braid_status st;
+  char val[64];
+  char err[512];
+  double elapsed;
+} getter;
+
+static void *get_worker(void *p) {
+  getter *g = p;
+  braid__store *st = connect_to(g->port, TOKEN_A);
+  if (!st) {
+    g->st = BRAID_ERR_BOOTSTRAP;
+    return NULL;
+  }
+  double t0 = braid__now();
+  void *v = NULL;
+  size_t n = 0;
+  g->st = braid__store_get(st, g->key, &v, &n, isinf(g->timeout) ? INFINITY : braid__deadline(g->timeout));
+  g->elapsed = braid__now() - t0;
+  if (g->st == BRAID_OK) {
+    snprintf(g->val, sizeof g->val, "%.*s", (int)n, (char *)v);
+    free(v);
+  }
+  snprintf(g->err, sizeof g->err, "%s", braid__store_error(st));
+  braid__store_close(st);
+  return NULL;
+}
+
+static int test_blocking_get(void) {
+  braid__store_server *srv = start_server(TOKEN_A);
+  BT_CHECK(srv, "server");
+  int port = braid__store_server_port(srv);
+  getter g = {port, "later", 10, BRAID_ERR_INTERNAL, "", "", 0};
+  pthread_t t;
+  BT_CHECK(pthread_create(&t, NULL, get_worker, &g) == 0, "pthread_create");
+  braid__sleep(0.3);
+  braid__store *st = connect_to(port, TOKEN_A);
+  BT_CHECK(st, "connect");
+  BT_CHECK(braid__store_set(st, "later", "here", 4) == BRAID_OK, "%s", braid__store_error(st));
+  pthread_join(t, NULL);
+  BT_CHECK(g.st == BRAID_OK && !strcmp(g.val, "here"), "blocked get: %s (%s)", braid_status_string(g.st), g.err);
+  BT_CHECK(g.elapsed >= 0.2 && g.elapsed < 5, "get returned after %.3f s", g.elapsed);
+  braid__store_close(st);
+  braid__store_server_stop(srv);
+  return 0;
+}
+
+static int test_get_timeout(void) {
+  braid__store_server *srv = start_server(TOKEN_A);
+  BT_CHECK(srv, "server");
+  braid__store *st = connect_to(braid__store_server_port(srv), TOKEN_A);
+  BT_CHECK(st, "connect");
+  double t0 = braid__now();
+  void *v = NULL;
+  size_t n = 0;
+  braid_status s = braid__store_get(st, "never", &v, &n, braid__deadline(0.2));
+  double dt = braid__now() - t0;
+  BT_CHECK(s == BRAID_ERR_TIMEOUT, "got %s", braid_status_string(s));
+  BT_CHECK(dt >= 0.2 && dt < 5, "timed out after %.3f s", dt);
+  BT_CHECK(strstr(braid__store_error(st), "\"never\""), "message names the key: %s", braid__store_error(st));
+  /* The connection stays usable after a timeout. */
+  BT_CHECK(braid__store_set(st, "k", "v", 1) == BRAID_OK, "%s", braid__store_error(st));
+  char buf[8];
+  BT_CHECK(get_str(st, "k", buf, sizeof buf, 1) == 0 && !strcmp(buf, "v"), "after timeout");
+  /* A deadline already passed answers at once. */
+  t0 = braid__now();
+  BT_CHECK(braid__store_get(st, "never", &v, &n, braid__now() - 1) == BRAID_ERR_TIMEOUT, "passed deadline");
+  BT_CHECK(braid__now() - t0 < 1, "passed deadline answered at once");
+  braid__store_close(st);
+  braid__store_server_stop(srv);
+  return 0;
+}
+
+typedef struct delayed_set {
+  int port;
+  double delay;
+  const char *key;
+} delayed_set;
+
+static void *set_later(void *p) {
+  delayed_set *d = p;
+  braid__sleep(d->delay);
+  braid__store *st = connect_to(d->port, TOKEN_A);
+  if (st) {
+    (void)braid__store_set(st, d->key, "1", 1);
+    braid__store_close(st);
+  }
+  return NULL;
+}
+
+static int test_wait_keys(void) {
+  braid__store_server *srv = start_server(TOKEN_A);
+  BT_CHECK(srv, "server");
+  int port = braid__store_server_port(srv);
+  braid__store *st = connect_to(port, TOKEN_A);
+  BT_CHECK(st, "connect");
+  BT_CHECK(braid__store_set(st, "a", "1", 1) == BRAID_OK && braid__store_set(st, "c", "1", 1) == BRAID_OK, "set");
+  const char *keys[3] = {"a", "b", "c"};
+  int present[3] = {-1, -1, -1};
+  double t0 = braid__now();
+  braid_status s = braid__store_wait(st, keys, 3, braid__deadline(0.2), present);
+  double dt = braid__now() - t0;
+  BT_CHECK(s == BRAID_ERR_TIMEOUT, "got %s", braid_status_string(s));
+  BT_CHECK(dt >= 0.2 && dt < 5, "after %.3f s", dt);
+  BT_CHECK(present[0] == 1 && present[1] == 0 && present[2] == 1, "present %d %d %d", present[0], present[1],
+           present[2]);
+  BT_CHECK(strstr(braid__store_error(st), "\"b\""), "names the missing key: %s", braid__store_error(st));
+  /* A check (deadline passed) answers at once. */
+  t0 = braid__now();
+  BT_CHECK(braid__store_wait(st, keys, 3, braid__now(), present) == BRAID_ERR_TIMEOUT && present[1] == 0, "check");
+  BT_CHECK(braid__now() - t0 < 1, "check answered at once");
+  /* Satisfied by a later SET from another client. */
+  delayed_set d = {port, 0.15, "b"};
+  pthread_t t;
+  BT_CHECK(pthread_create(&t, NULL, set_later, &d) == 0, "pthread_create");
+  s = braid__store_wait(st, keys, 3, braid__deadline(10), present);
+  pthread_join(t, NULL);
+  BT_CHECK(s == BRAID_OK, "wait: %s", braid__store_error(st));
+  BT_CHECK(present[0] && present[1] && present[2], "all present");
+  BT_CHECK(braid__store_wait(st, keys, 0, braid__deadline(1), NULL) == BRAID_OK, "empty list");
+  braid__store_close(st);
+  braid__store_server_stop(srv);
+  return 0;
+}
+
+enum { NWAITERS = 64 };
+
+typedef struct waiter {
+  int port;
+  int id;
+  int ok;
+} waiter;
+
+/* The bootstrap pattern: publish my key, wait for everyone's, read one. */
+static void *waiter_main(void *p) {
+  waiter *w = p;
+  braid__store *st = connect_to(w->port, TOKEN_A);
+  if (!st) return NULL;
+  char key[32], val[32];
+  snprintf(key, sizeof key, "rank%d", w->id);
+  snprintf(val, sizeof val, "addr-of-%d", w->id);
+  const char *keys[NWAITERS];
+  char names[NWAITERS][32];
+  for (int i = 0; i < NWAITERS; i++) {
+    snprintf(names[i], sizeof names[i], "rank%d", i);
+    keys[i] = names[i];
+  }
+  int present[NWAITERS];
+  char got[32], want[32];
+  int peer = (w->id + 7) % NWAITERS;
+  snprintf(want, sizeof want, "addr-of-%d", peer);
+  if (braid__store_set(st, key, val, strlen(val)) == BRAID_OK &&
+      braid__store_wait(st, keys, NWAITERS, braid__deadline(20), present) == BRAID_OK &&
+      get_str(st, names[peer], got, sizeof got, 1) == 0 && !strcmp(got, want))
+    w->ok = 1;
+  else
+    fprintf(stderr, "waiter %d: %s\n", w->id, braid__store_error(st));
+  braid__store_close(st);
+  return NULL;
+}
+
+static int test_many_waiters(void) {
+  braid__store_server *srv = start_server(TOKEN_A);
+  BT_CHECK(srv, "server");
+  pthread_t t[NWAITERS];
+  waiter w[NWAITERS];
+  for (int i = 0; i < NWAITERS; i++) {
+    w[i] = (waiter){braid__store_server_port(srv), i, 0};
+    BT_CHECK(pthread_create(&t[i], NULL, waiter_main, &w[i]) == 0, "pthread_create");
+  }
+  for (int i = 0; i < NWAITERS; i++) pthread_join(t[i], NULL);
+  for (int i = 0; i < NWAITERS; i++) BT_CHECK(w[i].ok, "waiter %d failed", i);
+  braid__store_server_stop(srv);
+  return 0;
+}
+
+static int test_namespaces(void) {
+  braid__store_server *srv = start_server(NULL); /* also covers the token-less loopback mode */
+  BT_CHECK(srv, "server");
+  int port = braid__store_server_port(srv);
+  braid__store *a = connect_to(port, NULL), *b = connect_to(port, NULL), *root = connect_to(port, NULL);
+  BT_CHECK(a && b && root, "connect");
+  BT_CHECK(braid__store_set_prefix(a, "job1/") == BRAID_OK && braid__store_set_prefix(b, "job2/") == BRAID_OK, "prefix");
+  BT_CHECK(braid__store_set(a, "k", "A", 1) == BRAID_OK && braid__store_set(b, "k", "B", 1) == BRAID_OK, "set");
+  char v[8];
+  BT_CHECK(get_str(a, "k", v, sizeof v, 1) == 0 && !strcmp(v, "A"), "a sees its own");
+  BT_CHECK(get_str(b, "k", v, sizeof v, 1) == 0 && !strcmp(v, "B"), "b sees its own");
+  BT_CHECK(get_str(root, "job1/k", v, sizeof v, 1) == 0 && !strcmp(v, "A"), "full name");
+  BT_CHECK(braid__store_set(a, "only-a", "x", 1) == BRAID_OK, "set");
+  void *p;
+  size_t n;
+  BT_CHECK(braid__store_get(b, "only-a", &p, &n, braid__deadline(0.05)) == BRAID_ERR_TIMEOUT, "b cannot see a's key");
+  int64_t r;
+  BT_CHECK(braid__store_add(a, "ctr", 1, &r) == BRAID_OK && r == 1, "add a");
+  BT_CHECK(braid__store_add(b, "ctr", 1, &r) == BRAID_OK && r == 1, "separate counters");
+  /* A clone keeps the prefix. */
+  braid__store *c = NULL;
+  char err[512];
+  BT_CHECK(braid__store_clone(a, braid__deadline(5), &c, err, sizeof err) == BRAID_OK, "clone: %s", err);
+  BT_CHECK(get_str(c, "k", v, sizeof v, 1) == 0 && !strcmp(v, "A"), "clone sees job1/k");
+  braid__store_close(c);
+  braid__store_close(a);
+  braid__store_close(b);
+  braid__store_close(root);
+  braid__store_server_stop(srv);
+  return 0;
+}
+
+static int test_oversized(void) {
+  braid__store_server *srv = start_server(NULL);
+  BT_CHECK(srv, "server");
+  int port = braid__store_server_port(srv);
+  braid__store *st = connect_to(port, NULL);
+  BT_CHECK(st, "connect");
+  /* Client-side checks. */
+  char key[BRAID__STORE_MAX_KEY + 2];
+  memset(key, 'x', sizeof key - 1);
+  key[sizeof key - 1] = 0; /* 1025 bytes */
+  BT_CHECK(braid__store_set(st, key, "v", 1) == BRAID_ERR_INVALID_ARG, "long key");
+  BT_CHECK(strstr(braid__store_error(st), "1024-byte limit"), "msg: %s", braid__store_error(st));
+  key[BRAID__STORE_MAX_KEY] = 0; /* exactly 1024 */
+  BT_CHECK(braid__store_set(st, key, "v", 1) == BRAID_OK, "1024-byte key: %s", braid__store_error(st));
+  BT_CHECK(braid__store_set_prefix(st, "p/") == BRAID_OK, "prefix");
+  BT_CHECK(braid__store_set(st, key, "v", 1) == BRAID_ERR_INVALID_ARG, "prefix + key over the limit");
+  BT_CHECK(braid__store_set_prefix(st, "") == BRAID_OK, "prefix");
+  size_t big = BRAID__STORE_MAX_VALUE;
+  char *val = malloc(big + 1);
+  BT_CHECK(val, "malloc");
+  for (size_t i = 0; i <= big; i++) val[i] = (char)(i * 31);
+  BT_CHECK(braid__store_set(st, "v", val, big + 1) == BRAID_ERR_INVALID_ARG, "value over 16 MiB");
+  BT_CHECK(strstr(braid__store_error(st), "limit"), "msg: %s", braid__store_error(st));
+  BT_CHECK(braid__store_set(st, "v", val, big) == BRAID_OK, "16 MiB value: %s", braid__store_error(st));
+  void *g = NULL;
+  size_t n = 0;
+  BT_CHECK(braid__store_get(st, "v", &g, &n, braid__deadline(10)) == BRAID_OK, "%s", braid__store_error(st));
+  BT_CHECK(n == big && !memcmp(g, val, big), "16 MiB roundtrip");
+  free(g);
+  free(val);
+  braid__store_close(st);
+
+  /* Server-side: a raw client sends what the library refuses to send. */
+  int fd = raw_connect(port);
+  BT_CHECK(fd >= 0 && raw_hello(fd) == 0, "raw handshake");
+  braid__buf b = {0};
+  braid__proto_hdr h;
+  uint8_t *pl;
+  raw_set_frame(&b, 11, 2000, 1);
+  raw_set_frame(&b, 12, 10, (size_t)BRAID__STORE_MAX_VALUE + 1);
+  raw_set_frame(&b, 13, 10, 3);
+  BT_CHECK(!b.oom && raw_send(fd, b.p, b.len) == 0, "send");
+  braid__buf_free(&b);
+  BT_CHECK(raw_read_frame(fd, &h, &pl, 10) == 0, "reply");
+  BT_CHECK(h.seq == 11 && h.status == BRAID__PST_TOO_LARGE, "long key: seq %u status %u", h.seq, h.status);
+  free(pl);
+  BT_CHECK(raw_read_frame(fd, &h, &pl, 10) == 0, "reply");
+  BT_CHECK(h.seq == 12 && h.status == BRAID__PST_TOO_LARGE, "big value: seq %u status %u", h.seq, h.status);
+  free(pl);
+  BT_CHECK(raw_read_frame(fd, &h, &pl, 10) == 0, "reply");
+  BT_CHECK(h.seq == 13 && h.status == BRAID__PST_OK, "the connection still works: status %u", h.status);
+  free(pl);
+  close(fd);
+  braid__store_server_stop(srv);
+  return 0;
+}
+
+static int test_store_full(void) {
+  braid__store_server *srv = start_server(TOKEN_A);
+  BT_CHECK(srv, "server");
+  braid__store_server_set_limits(srv, 0, 0, 0, 1u << 20);
+  braid__store *st = connect_to(braid__store_server_port(srv), TOKEN_A);
+  BT_CHECK(st, "connect");
+  size_t n = 600u << 10;
+  char *v = calloc(1, n);
+  BT_CHECK(v, "calloc");
+  BT_CHECK(braid__store_set(st, "one", v, n) == BRAID_OK, "%s", braid__store_error(st));
+  BT_CHECK(braid__store_set(st, "two", v, n) == BRAID_ERR_NO_MEMORY, "over the total bound");
+  BT_CHECK(strstr(braid__store_error(st), "full"), "msg: %s", braid__store_error(st));
+  BT_CHECK(braid__store_set(st, "one", "small", 5) == BRAID_OK, "replacing frees room");
+  BT_CHECK(braid__store_set(st, "two", v, n) == BRAID_OK, "fits now: %s", braid__store_error(st));
+  free(v);
+  braid__store_close(st);
+  braid__store_server_stop(srv);
+  return 0;
+}
+
+typedef struct hammer_arg {
+  int port;
+  volatile int *stop;
+  int rounds;
+  int ok;
+} hammer_arg;
+
+static void *hammer(void *p) {
+  hammer_arg *h = p;
+  braid__store *st = connect_to(h->port, TOKEN_A);
+  if (!st) return NULL;
+  h->ok = 1;
+  while (!__atomic_load_n(h->stop, __ATOMIC_ACQUIRE)) {
+    int64_t r;
+    if (braid__store_add(st, "hits", 1, &r) != BRAID_OK) {
+      h->ok = 0;
+      break;
+    }
+    h->rounds++;
+  }
+  braid__store_close(st);
+  return NULL;
+}
+
+static int read_file(const char *path, char *out, size_t cap) {
+  int fd = open(path, O_RDONLY);
+  if (fd < 0) return -1;
+  ssize_t n = read(fd, out, cap - 1);
+  close(fd);
+  out[n > 0 ? n : 0] = 0;
+  return 0;
+}
+
+static int test_wrong_token(void) {
+  char logpath[] = "/tmp/braid_store_log_XXXXXX";
+  int lfd = mkstemp(logpath);
+  BT_CHECK(lfd >= 0, "mkstemp");
+  close(lfd);
+  setenv("BRAID_LOG_FILE", logpath, 1);
+  setenv("BRAID_LOG", "warn", 1);
+  braid__log_reload();
+
+  braid__store_server *srv = start_server(TOKEN_A);
+  BT_CHECK(srv, "server");
+  int port = braid__store_server_port(srv);
+  enum { N = 4 };
+  volatile int stop = 0;
+  pthread_t t[N];
+  hammer_arg h[N];
+  for (int i = 0; i < N; i++) {
+    h[i] = (hammer_arg){port, &stop, 0, 0};
+    BT_CHECK(pthread_create(&t[i], NULL, hammer, &h[i]) == 0, "pthread_create");
+  }
+  braid__sleep(0.1);
+  char err[512];
+  braid__store *bad = NULL;
+  double t0 = braid__now();
+  braid_status s = braid__store_connect("127.0.0.1", port, TOKEN_B, 32, braid__deadline(5), &bad, err, sizeof err);
+  BT_CHECK(s == BRAID_ERR_BOOTSTRAP && !bad, "wrong token: %s", braid_status_string(s));
+  BT_CHECK(braid__now() - t0 < 2, "refused at once, not retried");
+  char want[128];
+  snprintf(want, sizeof want, "store at 127.0.0.1:%d refused the job token (wrong BRAID_TOKEN?)", port);
+  BT_CHECK(strstr(err, want), "message: %s", err);
+  braid__sleep(0.1);
+  __atomic_store_n(&stop, 1, __ATOMIC_RELEASE);
+  int64_t total = 0;
+  for (int i = 0; i < N; i++) {
+    pthread_join(t[i], NULL);
+    BT_CHECK(h[i].ok && h[i].rounds > 0, "right-token client %d kept working (%d rounds)", i, h[i].rounds);
+    total += h[i].rounds;
+  }
+  braid__store *st = connect_to(port, TOKEN_A);
+  BT_CHECK(st, "connect");
+  int64_t r = -1;
+  BT_CHECK(braid__store_add(st, "hits", 0, &r) == BRAID_OK && r == total, "hits %lld vs %lld", (long long)r,
+           (long long)total);
+  braid__store_close(st);
+  braid__store_server_stop(srv);
+
+  char log[8192];
+  BT_CHECK(read_file(logpath, log, sizeof log) == 0, "read log");
+  unlink(logpath);
+  const char *line = strstr(log, "wrong job token");
+  BT_CHECK(line, "log lacks the refusal: %s", log);
+  BT_CHECK(strstr(log, "WARN") && strstr(log, "refused connection from 127.0.0.1:"), "log names the peer: %s", log);
+  BT_CHECK(!strstr(line + 1, "wrong job token"), "one line per refusal: %s", log);
+  return 0;
+}
+
+static int test_token_mismatch(void) {
+  char err[512];
+  braid__store *st = NULL;
+  /* Server with a token, client without. */
+  braid__store_server *srv = start_server(TOKEN_A);
+  BT_CHECK(srv, "server");
+  int port = braid__store_server_port(srv);
+  braid_status s = braid__store_connect("127.0.0.1", port, NULL, 0, braid__deadline(5), &st, err, sizeof err);
+  BT_CHECK(s == BRAID_ERR_BOOTSTRAP && !st, "no token: %s", braid_status_string(s));
+  BT_CHECK(strstr(err, "requires a job token") && strstr(err, "BRAID_TOKEN"), "message: %s", err);
+  BT_CHECK(still_serves(port, TOKEN_A, "k1") == 0, "serves others");
+  braid__store_server_stop(srv);
+  /* Server without a token, client with one. */
+  srv = start_server(NULL);
+  BT_CHECK(srv, "server");
+  port = braid__store_server_port(srv);
+  s = braid__store_connect("127.0.0.1", port, TOKEN_A, 32, braid__deadline(5), &st, err, sizeof err);
+  BT_CHECK(s == BRAID_ERR_BOOTSTRAP && !st, "unexpected token: %s", braid_status_string(s));
+  BT_CHECK(strstr(err, "without a job token"), "message: %s", err);
+  BT_CHECK(still_serves(port, NULL, "k2") == 0, "serves others");
+  braid__store_server_stop(srv);
+  return 0;
+}
+
+static int test_loopback_only(void) {
+  /* Without a token a non-loopback bind request still binds loopback. */
+  char err[512];
+  braid__store_server *srv = NULL;
+  BT_CHECK(braid__store_server_start("0.0.0.0", 0, NULL, 0, &srv, err, sizeof err) == BRAID_OK, "%s", err);
+  BT_CHECK(still_serves(braid__store_server_port(srv), NULL, "lo") == 0, "loopback client served");
+  braid__store_server_stop(srv);
+  /* The state machine refuses a non-loopback peer (a raw socket cannot fake one). */
+  braid__store_core *c = braid__store_core_new(NULL, 0);
+  BT_CHECK(c, "core");
+  braid__store_conn *k = braid__store_core_open(c, 0, "192.0.2.1:5000", 0);
+  BT_CHECK(k && braid__store_core_dropped(k), "non-loopback dropped");
+  size_t n = 0;
+  const uint8_t *p = braid__store_core_pending(k, &n);
+  BT_CHECK(n == BRAID__PROTO_HDR && p[4] == BRAID__PT_AUTH_FAIL && p[5] == BRAID__PST_NOT_LOOPBACK,
+           "answered NOT_LOOPBACK");
+  braid__store_core_free(c);
+  return 0;
+}
+
+static int test_garbage_dropped(void) {
+  braid__store_server *srv = start_server(NULL);
+  BT_CHECK(srv, "server");
+  int port = braid__store_server_port(srv);
+  unsigned long long rs = 12345;
+  /* Random bytes before authentication. */
+  for (int round = 0; round < 5; round++) {
+    int fd = raw_connect(port);
+    BT_CHECK(fd >= 0, "connect");
+    uint8_t junk[300];
+    for (size_t i = 0; i < sizeof junk; i++) junk[i] = (uint8_t)bt_rand(&rs);
+    (void)raw_send(fd, junk, sizeof junk);
+    BT_CHECK(raw_closed_within(fd, 3), "random bytes: dropped");
+    close(fd);
+  }
+  /* Bad magic in the hello. */
+  int fd = raw_connect(port);
+  BT_CHECK(fd >= 0, "connect");
+  {
+    uint8_t f[BRAID__PROTO_HDR + BRAID__PROTO_CHELLO_LEN] = {0};
+    f[0] = BRAID__PROTO_CHELLO_LEN;
+    f[4] = BRAID__PT_C_HELLO;
+    memcpy(f + BRAID__PROTO_HDR, "HTTP", 4);
+    (void)raw_send(fd, f, sizeof f);
+  }
+  BT_CHECK(raw_closed_within(fd, 3), "bad magic: dropped");
+  close(fd);
+  /* After authentication: a huge length, reserved bits, an unknown type, an
+     inner length past the frame, and a frame cut short by a disconnect. */
+  const uint32_t lens[] = {0xfffffff0u, BRAID__PROTO_MAX_PAYLOAD + 1};
+  for (int i = 0; i < 5; i++) {
+    fd = raw_connect(port);
+    BT_CHECK(fd >= 0 && raw_hello(fd) == 0, "raw handshake");
+    uint8_t f[BRAID__PROTO_HDR + 16] = {0};
+    size_t n = BRAID__PROTO_HDR;
+    f[4] = BRAID__PT_SET;
+    if (i < 2) {
+      uint32_t L = lens[i];
+      f[0] = (uint8_t)L, f[1] = (uint8_t)(L >> 8), f[2] = (uint8_t)(L >> 16), f[3] = (uint8_t)(L >> 24);
+    } else if (i == 2) {
+      f[6] = 1; /* reserved */
+    } else if (i == 3) {
+      f[4] = 99;
+    } else {
+      f[0] = 8; /* SET whose key length claims 1000 bytes of an 8-byte payload */
+      f[BRAID__PROTO_HDR] = 0xe8, f[BRAID__PROTO_HDR + 1] = 3;
+      n += 8;
+    }
+    (void)raw_send(fd, f, n);
+    BT_CHECK(raw_closed_within(fd, 3), "bad frame %d: dropped", i);
+    close(fd);
+  }
+  fd = raw_connect(port);
+  BT_CHECK(fd >= 0 && raw_hello(fd) == 0, "raw handshake");
+  {
+    uint8_t f[BRAID__PROTO_HDR + 4] = {100, 0, 0, 0, BRAID__PT_SET};
+    (void)raw_send(fd, f, sizeof f); /* truncated: promises 100 bytes, sends 4, leaves */
+  }
+  close(fd);
+  BT_CHECK(still_serves(port, NULL, "after-garbage") == 0, "still serving");
+  braid__store_server_stop(srv);
+  return 0;
+}
+
+static int test_slow_loris(void) {
+  braid__store_server *srv = start_server(NULL);
+  BT_CHECK(srv, "server");
+  braid__store_server_set_limits(srv, 0.5, 0.5, 0, 0);
+  int port = braid__store_server_port(srv);
+  braid__sleep(0.05); /* the server thread picks the limits up */
+  int silent = raw_connect(port); /* never authenticates */
+  int partial = raw_connect(port);
+  BT_CHECK(silent >= 0 && partial >= 0 && raw_hello(partial) == 0, "raw connections");
+  uint8_t f[5] = {20, 0, 0, 0, BRAID__PT_SET};
+  BT_CHECK(raw_send(partial, f, sizeof f) == 0, "partial header");
+  /* Meanwhile a good client gets prompt answers. */
+  braid__store *st = connect_to(port, NULL);
+  BT_CHECK(st, "connect");
+  double worst = 0;
+  for (int i = 0; i < 20; i++) {
+    double t0 = braid__now();
+    int64_t r;
+    BT_CHECK(braid__store_add(st, "n", 1, &r) == BRAID_OK && r == i + 1, "%s", braid__store_error(st));
+    worst = fmax(worst, braid__now() - t0);
+    braid__sleep(0.01);
+  }
+  BT_CHECK(worst < 0.25, "a request took %.3f s", worst);
+  double t0 = braid__now();
+  BT_CHECK(raw_closed_within(silent, 5), "unauthenticated connection dropped");
+  BT_CHECK(raw_closed_within(partial, 5), "stalled partial frame dropped");
+  BT_CHECK(braid__now() - t0 < 3, "dropped within the bound (%.2f s)", braid__now() - t0);
+  close(silent);
+  close(partial);
+  int64_t r;
+  BT_CHECK(braid__store_add(st, "n", 1, &r) == BRAID_OK && r == 21, "good client unaffected");
+  braid__store_close(st);
+  braid__store_server_stop(srv);
+  return 0;
+}
+
+static int test_max_connections(void) {
+  braid__store_server *srv = start_server(NULL);
+  BT_CHECK(srv, "server");
+  braid__store_server_set_limits(srv, 0, 0, 2, 0);
+  int port = braid__store_server_port(srv);
+  braid__sleep(0.05);
+  braid__store *a = connect_to(port, NULL), *b = connect_to(port, NULL);
+  BT_CHECK(a && b, "two connections");
+  char err[512];
+  braid__store *c = NULL;
+  double t0 = braid__now();
+  braid_status s = braid__store_connect("127.0.0.1", port, NULL, 0, braid__deadline(0.3), &c, err, sizeof err);
+  BT_CHECK(s == BRAID_ERR_TIMEOUT && !c, "third refused until the deadline: %s", braid_status_string(s));
+  BT_CHECK(strstr(err, "too many connections"), "message: %s", err);
+  BT_CHECK(braid__now() - t0 < 3, "bounded");
+  braid__store_close(b);
+  BT_CHECK(braid__store_connect("127.0.0.1", port, NULL, 0, braid__deadline(5), &c, err, sizeof err) == BRAID_OK,
+           "a slot freed: %s", err);
+  BT_CHECK(braid__store_set(c, "x", "1", 1) == BRAID_OK, "%s", braid__store_error(c));
+  braid__store_close(a);
+  braid__store_close(c);
+  braid__store_server_stop(srv);
+  return 0;
+}
+
+static int test_stop_while_blocked(void) {
+  braid__store_server *srv = start_server(TOKEN_A);
+  BT_CHECK(srv, "server");
+  braid__store *idle = connect_to(braid__store_server_port(srv), TOKEN_A);
+  BT_CHECK(idle, "connect");
+  getter g = {braid__store_server_port(srv), "never", INFINITY, BRAID_ERR_INTERNAL, "", "", 0};
+  pthread_t t;
+  BT_CHECK(pthread_create(&t, NULL, get_worker, &g) == 0, "pthread_create");
+  braid__sleep(0.3);
+  double t0 = braid__now();
+  braid__store_server_stop(srv);
+  pthread_join(t, NULL);
+  double dt = braid__now() - t0;
+  BT_CHECK(g.st == BRAID_ERR_PEER_LOST, "got %s: %s", braid_status_string(g.st), g.err);
+  BT_CHECK(strstr(g.err, "connection to the store at 127.0.0.1:") && strstr(g.err, "closed"), "message: %s", g.err);
+  BT_CHECK(dt < 2, "noticed after %.3f s", dt);
+  /* A client idle during the stop finds out at its next call, and every call after. */
+  t0 = braid__now();
+  BT_CHECK(braid__store_set(idle, "k", "v", 1) == BRAID_ERR_PEER_LOST, "idle client: %s", braid__store_error(idle));
+  BT_CHECK(strstr(braid__store_error(idle), "closed"), "message: %s", braid__store_error(idle));
+  int64_t r;
+  BT_CHECK(braid__store_add(idle, "k", 1, &r) == BRAID_ERR_PEER_LOST, "stays lost");
+  BT_CHECK(braid__now() - t0 < 2, "promptly");
+  braid__store_close(idle);
+  return 0;
+}
+
+typedef struct late_server {
+  int port;
+  double delay;
+  braid__store_server *srv;
+} late_server;
+
+static void *start_later(void *p) {
+  late_server *l = p;
+  braid__sleep(l->delay);
+  char err[512];
+  if (braid__store_server_start("127.0.0.1", l->port, TOKEN_A, 32, &l->srv, err, sizeof err) != BRAID_OK)
+    fprintf(stderr, "late server: %s\n", err);
+  return NULL;
+}
+
+static int test_connect_retry(void) {
+  int port = free_port();
+  BT_CHECK(port > 0, "free port");
+  late_server l = {port, 0.3, NULL};
+  pthread_t t;
+  BT_CHECK(pthread_create(&t, NULL, start_later, &l) == 0, "pthread_create");
+  double t0 = braid__now();
+  braid__store *st = NULL;
+  char err[512];
+  braid_status s = braid__store_connect("127.0.0.1", port, TOKEN_A, 32, braid__deadline(10), &st, err, sizeof err);
+  double dt = braid__now() - t0;
+  pthread_join(t, NULL);
+  BT_CHECK(l.srv, "late server started");
+  BT_CHECK(s == BRAID_OK, "connect: %s", err);
+  BT_CHECK(dt >= 0.25 && dt < 5, "connected after %.3f s", dt);
+  BT_CHECK(braid__store_set(st, "k", "v", 1) == BRAID_OK, "%s", braid__store_error(st));
+  braid__store_close(st);
+  braid__store_server_stop(l.srv);
+  return 0;
+}
+
+static int test_connect_unreachable(void) {
+  int port = free_port();
+  BT_CHECK(port > 0, "free port");
+  braid__store *st = NULL;
+  char err[512];
+  double t0 = braid__now();
+  braid_status s = braid__store_connect("127.0.0.1", port, TOKEN_A, 32, braid__deadline(0.3), &st, err, sizeof err);
+  double dt = braid__now() - t0;
+  BT_CHECK(s == BRAID_ERR_TIMEOUT && !st, "got %s", braid_status_string(s));
+  BT_CHECK(dt >= 0.3 && dt < 2, "gave up after %.3f s", dt);
+  char want[64];
+  snprintf(want, sizeof want, "127.0.0.1:%d", port);
+  BT_CHECK(strstr(err, "could not reach the store at") && strstr(err, want), "message: %s", err);
+  BT_CHECK(strstr(err, "refused"), "names the last error: %s", err);
+  /* Bad arguments are not retried. */
+  BT_CHECK(braid__store_connect("127.0.0.1", 0, NULL, 0, braid__deadline(1), &st, err, sizeof err) ==
+               BRAID_ERR_INVALID_ARG,
+           "port 0");
+  return 0;
+}
+
+static int test_address_families(void) {
+  char err[512];
+  braid__store_server *srv = NULL;
+  /* With a token and no host: every interface, IPv4 clients included. */
+  BT_CHECK(braid__store_server_start(NULL, 0, TOKEN_A, 32, &srv, err, sizeof err) == BRAID_OK, "%s", err);
+  BT_CHECK(still_serves(braid__store_server_port(srv), TOKEN_A, "any") == 0, "IPv4 client of a wildcard server");
+  braid__store_server_stop(srv);
+  srv = NULL;
+  if (braid__store_server_start("::1", 0, TOKEN_A, 32, &srv, err, sizeof err) != BRAID_OK) {
+    printf("  (no IPv6 loopback here: %s)\n", err);
+    return 0;
+  }
+  braid__store *st = NULL;
+  BT_CHECK(braid__store_connect("::1", braid__store_server_port(srv), TOKEN_A, 32, braid__deadline(5), &st, err,
+                                sizeof err) == BRAID_OK,
+           "%s", err);
+  BT_CHECK(braid__store_set(st, "k6", "v", 1) == BRAID_OK, "%s", braid__store_error(st));
+  braid__store_close(st);
+  braid__store_server_stop(srv);
+  return 0;
+}
+
+/* ---- the fuzz driver over hand-made bad frames (runs under gcc in CI) ---- */
+
+typedef struct corpus_case {
+  const char *name;
+  uint8_t mode;
+  uint8_t data[96];
+  size_t len;
+  int want_dropped; /* 1 dropped, 0 alive, -1 either */
+} corpus_case;
+
+#define HDR(len, type) (uint8_t)(len), 0, 0, 0, (uint8_t)(type), 0, 0, 0, 1, 0, 0, 0
+
+static int test_parser_corpus(void) {
+  setenv("BRAID_LOG", "error", 1); /* every dropped connection would log a warning */
+  braid__log_reload();
+  static const corpus_case cases[] = {
+      {"valid SET", 0, {HDR(10, 1), 1, 0, 0, 0, 'k', 1, 0, 0, 0, 'v'}, 22, 0},
+      {"valid GET (parked)", 0, {HDR(9, 2), 0xff, 0xff, 0xff, 0xff, 1, 0, 0, 0, 'k'}, 21, 0},
+      {"truncated header", 0, {10, 0, 0}, 3, 1},
+      {"truncated payload", 0, {HDR(10, 1), 1, 0, 0}, 15, 1},
+      {"length 0xffffffff", 0, {0xff, 0xff, 0xff, 0xff, 1, 0, 0, 0, 1, 0, 0, 0}, 12, 1},
+      {"length just over the limit", 0, {0x41, 0x04, 0x00, 0x02, 1, 0, 0, 0, 1, 0, 0, 0}, 12, 1},
+      {"reserved bits", 0, {10, 0, 0, 0, 1, 0, 1, 0, 1, 0, 0, 0}, 12, 1},
+      {"unknown type", 0, {HDR(0, 77)}, 12, 1},
+      {"hello after auth", 0, {HDR(0, 0x11)}, 12, 1},
+      {"inner length past the end", 0, {HDR(5, 1), 0xff, 0xff, 0, 0, 'k'}, 17, 1},
+      {"trailing bytes", 0, {HDR(11, 1), 1, 0, 0, 0, 'k', 1, 0, 0, 0, 'v', 'x'}, 23, 1},
+      {"WAIT with too many keys", 0, {HDR(8, 6), 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff}, 20, 1},
+      {"CAS bad flag", 0, {HDR(14, 4), 1, 0, 0, 0, 'k', 7, 0, 0, 0, 0, 0, 0, 0, 0}, 26, 1},
+      {"ADD short delta", 0, {HDR(8, 3), 1, 0, 0, 0, 'k', 1, 2, 3}, 20, 1},
+      /* Raw handshakes (mode bit1). */
+      {"bad magic", 2, {HDR(72, 0x11), 'B', 'A', 'D', '!', 1, 0}, 84, 1},
+      {"bad version", 2, {HDR(72, 0x11), 'B', 'R', 'D', 'S', 9, 0}, 84, 1},
+      {"hello cut short", 2, {HDR(72, 0x11), 'B', 'R', 'D', 'S', 1, 0}, 40, 1},
+      {"hello with a wrong length", 2, {HDR(70, 0x11), 'B', 'R', 'D', 'S', 1, 0}, 82, 1},
+      {"request before hello", 2, {HDR(0, 1)}, 12, 1},
+      {"hello too long", 2, {HDR(255, 0x11), 'B', 'R', 'D', 'S'}, 16, 1},
+      {"preauth length over bound", 2, {0x00, 0x10, 0, 0, 0x11, 0, 0, 0, 0, 0, 0, 0}, 12, 1},
+      {"no token but server has one", 3, {0}, 0, 1}, /* nothing sent: the auth bound drops it */
+      {"non-loopback without token", 4, {0}, 0, 1},
+  };
+  for (size_t i = 0; i < BT_COUNT(cases); i++) {
+    uint8_t in[100];
+    in[0] = cases[i].mode;
+    memcpy(in + 1, cases[i].data, cases[i].len);
+    sfd_result r;
+    store_frame_run(in, cases[i].len + 1, &r);
+    if (cases[i].want_dropped >= 0)
+      BT_CHECK(r.dropped[0] == cases[i].want_dropped, "%s: dropped=%d", cases[i].name, r.dropped[0]);
+  }
+  /* Specific outcomes. */
+  sfd_result r;
+  uint8_t in[100] = {2, HDR(72, 0x11), 'B', 'R', 'D', 'S', 9, 0};
+  store_frame_run(in, 85, &r);
+  BT_CHECK(r.dropped_early[0] && r.last_status == BRAID__PST_VERSION, "bad version answered VERSION (%d)",
+           r.last_status);
+  uint8_t tr[] = {0, HDR(10, 1), 1, 0, 0};
+  store_frame_run(tr, sizeof tr, &r);
+  BT_CHECK(!r.dropped_early[0] && r.dropped[0], "a truncated frame waits, then the time bound drops it");
+  uint8_t past[] = {0, HDR(12, 1), 0x01, 0x08, 0, 0, 'k', 'k', 'k', 'k', 'k', 'k', 'k', 'k'};
+  store_frame_run(past, sizeof past, &r); /* key length 2049 in a 12-byte payload */
+  BT_CHECK(r.dropped_early[0] && r.last_status == BRAID__PST_BAD_REQUEST, "inner length past the payload");
+  uint8_t ok[] = {0, HDR(10, 1), 1, 0, 0, 0, 'k', 1, 0, 0, 0, 'v', HDR(5, 5), 1, 0, 0, 0, 'k'};
+  store_frame_run(ok, sizeof ok, &r);
+  BT_CHECK(!r.dropped[0] && r.replies == 2 && r.last_status == BRAID__PST_OK && r.authed[0], "good frames answered");
+  /* Token mode: the driver's automatic handshake authenticates. */
+  ok[0] = 1;
+  store_frame_run(ok, sizeof ok, &r);
+  BT_CHECK(r.authed[0] && r.replies == 2, "token handshake in the driver");
+
+  /* Random inputs in every mode: no crash, every emitted frame well formed. */
+  unsigned long long rs = 42;
+  uint8_t buf[600];
+  for (int it = 0; it < 3000; it++) {
+    size_t n = 1 + (size_t)(bt_rand(&rs) % sizeof buf);
+    for (size_t i = 0; i < n; i++) buf[i] = (uint8_t)bt_rand(&rs);
+    buf[0] &= 15;
+    if (it % 3 == 0 && n > 13) { /* plausible header so parsing goes deeper */
+      buf[1] = (uint8_t)(n - 13);
+      buf[2] = buf[3] = buf[4] = 0;
+      buf[5] = (uint8_t)(1 + bt_rand(&rs) % 6);
+      buf[6] = buf[7] = 0;
+      buf[0] &= ~(uint8_t)0x0a;
+    }
+    store_frame_run(buf, n, &r);
+  }
+  return 0;
+}
+
+static int test_proto_helpers(void) {
+  int64_t v;
+  const char *good[] = {"0", "-1", "9223372036854775807", "-9223372036854775808", "+5"};
+  const int64_t want[] = {0, -1, INT64_MAX, INT64_MIN, 5};
+  for (int i = 0; i < 5; i++)
+    BT_CHECK(braid__proto_parse_i64((const uint8_t *)good[i], strlen(good[i]), &v) == 0 && v == want[i], "%s",
+             good[i]);
+  const char *bad[] = {"", "-", "9223372036854775808", "1x", " 1", "-9223372036854775809", "123456789012345678901"};
+  for (int i = 0; i < 7; i++)
+    BT_CHECK(braid__proto_parse_i64((const uint8_t *)bad[i], strlen(bad[i]), &v) != 0, "\"%s\" rejected", bad[i]);
+  char out[24];
+  braid__proto_format_i64(INT64_MIN, out);
+  BT_CHECK(!strcmp(out, "-9223372036854775808"), "%s", out);
+  braid__proto_format_i64(0, out);
+  BT_CHECK(!strcmp(out, "0"), "%s", out);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  static const bt_case cases[] = {
+      {"token_helpers", test_token_helpers, 30},
+      {"proto_helpers", test_proto_helpers, 30},
+      {"basic_ops", test_basic_ops, 60},
+      {"concurrent_clients", test_concurrent_clients, 90},
+      {"blocking_get", test_blocking_get, 30},
+      {"get_timeout", test_get_timeout, 30},
+      {"wait_keys", test_wait_keys, 30},
+      {"many_waiters", test_many_waiters, 60},
+      {"namespaces", test_namespaces, 30},
+      {"oversized", test_oversized, 90},
+      {"store_full", test_store_full, 30},
+      {"wrong_token", test_wrong_token, 30},
+      {"token_mismatch", test_token_mismatch, 30},
+      {"loopback_only", test_loopback_only, 30},
+      {"garbage_dropped", test_garbage_dropped, 30},
+      {"slow_loris", test_slow_loris, 30},
+      {"max_connections", test_max_connections, 30},
+      {"stop_while_blocked", test_stop_while_blocked, 30},
+      {"connect_retry", test_connect_retry, 30},
+      {"connect_unreachable", test_connect_unreachable, 30},
+      {"address_families", test_address_families, 30},
+      {"parser_corpus", test_parser_corpus, 120},
+  };
+  return bt_main(argc, argv, cases, BT_COUNT(cases));
+}

@@ -1,0 +1,164 @@
+/* A communicator used from several threads: calls are serialized inside braid,
+   a blocked braid_sync lets other threads' sends through, braid_abort from any
+   thread wakes every waiter. Also runs under ThreadSanitizer (make test-tsan). */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "os/time.h"
+
+static braid_comm *new_comm(double timeout_s) {
+  braid_config cfg = BRAID_CONFIG_INIT;
+  cfg.backend = "self";
+  cfg.rank = 0;
+  cfg.world_size = 1;
+  cfg.timeout_s = timeout_s;
+  braid_comm *c = NULL;
+  if (braid_init(&cfg, &c) != BRAID_OK) {
+    fprintf(stderr, "braid_init: %s\n", braid_last_error(NULL));
+    exit(1);
+  }
+  return c;
+}
+
+typedef struct worker {
+  braid_comm *c;
+  int id;
+  int failures;
+} worker;
+
+/* Each thread uses its own tag, so its messages pair with its own receives
+   whatever the interleaving with other threads. */
+static void *hammer(void *p) {
+  worker *w = p;
+  for (int i = 0; i < 2000; i++) {
+    int v[3] = {w->id, i, -i}, got[3] = {0};
+    float f[5] = {1, 2, 3, 4, (float)i};
+    if (braid_send(w->c, v, 3, BRAID_I32, 0, (uint32_t)w->id) != BRAID_OK) w->failures++;
+    if (braid_all_reduce(w->c, f, 5, BRAID_F32, BRAID_SUM) != BRAID_OK || f[4] != (float)i) w->failures++;
+    if (braid_recv(w->c, got, 3, BRAID_I32, 0, (uint32_t)w->id) != BRAID_OK) w->failures++;
+    if (braid_sync(w->c) != BRAID_OK) w->failures++;
+    if (memcmp(v, got, sizeof v) != 0) w->failures++;
+    /* A rejected argument from one thread does not disturb the others. */
+    if (braid_broadcast(w->c, f, 1, BRAID_F32, 3) != BRAID_ERR_INVALID_ARG) w->failures++;
+    (void)braid_last_error(w->c);
+  }
+  return NULL;
+}
+
+static int test_concurrent_calls(void) {
+  braid_comm *c = new_comm(30);
+  enum { N = 4 };
+  pthread_t t[N];
+  worker w[N];
+  for (int i = 0; i < N; i++) {
+    w[i] = (worker){c, i + 1, 0};
+    BT_CHECK(pthread_create(&t[i], NULL, hammer, &w[i]) == 0, "pthread_create");
+  }
+  for (int i = 0; i < N; i++) pthread_join(t[i], NULL);
+  for (int i = 0; i < N; i++) BT_CHECK(w[i].failures == 0, "thread %d saw %d failures", i, w[i].failures);
+  BT_CHECK_OK(braid_destroy(c), NULL);
+  return 0;
+}
+
+typedef struct late_sender {
+  braid_comm *c;
+  double delay;
+  int value;
+  braid_status st;
+} late_sender;
+
+static void *send_later(void *p) {
+  late_sender *s = p;
+  braid__sleep(s->delay);
+  s->st = braid_send(s->c, &s->value, 1, BRAID_I32, 0, 77);
+  return NULL;
+}
+
+static int test_sync_waits_for_other_thread(void) {
+  braid_comm *c = new_comm(30);
+  int got = 0;
+  late_sender s = {c, 0.1, 4242, BRAID_ERR_INTERNAL};
+  BT_CHECK_OK(braid_recv(c, &got, 1, BRAID_I32, 0, 77), c);
+  pthread_t t;
+  BT_CHECK(pthread_create(&t, NULL, send_later, &s) == 0, "pthread_create");
+  BT_CHECK_OK(braid_sync(c), c);
+  pthread_join(t, NULL);
+  BT_CHECK(s.st == BRAID_OK, "send from the other thread: %s", braid_status_string(s.st));
+  BT_CHECK(got == 4242, "got %d", got);
+  BT_CHECK_OK(braid_destroy(c), NULL);
+  return 0;
+}
+
+typedef struct aborter {
+  braid_comm *c;
+  double delay;
+} aborter;
+
+static void *abort_later(void *p) {
+  aborter *a = p;
+  braid__sleep(a->delay);
+  braid_abort(a->c);
+  return NULL;
+}
+
+static int test_abort_wakes_waiter(void) {
+  braid_comm *c = new_comm(300); /* far beyond the test's own timeout */
+  int got = 0;
+  BT_CHECK_OK(braid_recv(c, &got, 1, BRAID_I32, 0, 5), c);
+  aborter a = {c, 0.1};
+  pthread_t t;
+  BT_CHECK(pthread_create(&t, NULL, abort_later, &a) == 0, "pthread_create");
+  double t0 = braid__now();
+  BT_CHECK_ST(braid_sync(c), BRAID_ERR_ABORTED, c);
+  double took = braid__now() - t0;
+  pthread_join(t, NULL);
+  BT_CHECK(took < 10, "abort took %.3f s to reach the waiter", took);
+  BT_CHECK_MSG(c, "braid_sync");
+  /* Sticky from every thread. */
+  BT_CHECK_ST(braid_barrier(c), BRAID_ERR_ABORTED, c);
+  BT_CHECK_OK(braid_destroy(c), NULL);
+  return 0;
+}
+
+/* Abort racing with busy callers: every call returns OK or ABORTED, nothing hangs. */
+static void *busy(void *p) {
+  worker *w = p;
+  for (int i = 0; i < 100000; i++) {
+    float f = 1;
+    braid_status st = braid_all_reduce(w->c, &f, 1, BRAID_F32, BRAID_MAX);
+    if (st == BRAID_ERR_ABORTED) return NULL;
+    if (st != BRAID_OK) w->failures++;
+  }
+  return NULL;
+}
+
+static int test_abort_races_callers(void) {
+  braid_comm *c = new_comm(30);
+  enum { N = 3 };
+  pthread_t t[N];
+  worker w[N];
+  for (int i = 0; i < N; i++) {
+    w[i] = (worker){c, i, 0};
+    BT_CHECK(pthread_create(&t[i], NULL, busy, &w[i]) == 0, "pthread_create");
+  }
+  braid__sleep(0.02);
+  BT_CHECK_OK(braid_abort(c), c);
+  for (int i = 0; i < N; i++) pthread_join(t[i], NULL);
+  for (int i = 0; i < N; i++) BT_CHECK(w[i].failures == 0, "thread %d: unexpected statuses", i);
+  float f = 0;
+  BT_CHECK_ST(braid_all_reduce(c, &f, 1, BRAID_F32, BRAID_SUM), BRAID_ERR_ABORTED, c);
+  BT_CHECK_OK(braid_destroy(c), NULL);
+  return 0;
+}
+
+static const bt_case cases[] = {
+    BT_CASE(test_concurrent_calls),
+    BT_CASE(test_sync_waits_for_other_thread),
+    BT_CASE(test_abort_wakes_waiter),
+    BT_CASE(test_abort_races_callers),
+};
+
+int main(int argc, char **argv) { return bt_main(argc, argv, cases, BT_COUNT(cases)); }

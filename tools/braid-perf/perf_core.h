@@ -1,0 +1,114 @@
+/*
+ * perf_core: the measurement driver shared by braid-perf and the peer harnesses
+ * in bench/ (MPI, Gloo). Everything that defines the numbers lives here once —
+ * option parsing, sizes, iteration adaptation, timing, the exact-value check
+ * and the nccl-tests-style table / JSON output — so a ratio between two tools
+ * compares libraries, not measurement methods. A tool supplies a perf_layer:
+ * the handful of calls that move data with the library under test.
+ *
+ * Depends on nothing but libc/libm; braid.h is included for the dtype and op
+ * codes only (no braid function is called from here).
+ */
+#ifndef BRAID_PERF_CORE_H
+#define BRAID_PERF_CORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "braid.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum perf_op {
+  PERF_ALLREDUCE,
+  PERF_BROADCAST,
+  PERF_ALLGATHER,
+  PERF_REDUCE_SCATTER,
+  PERF_SENDRECV, /* ring exchange: send to rank+1, receive from rank-1, complete */
+  PERF_BARRIER,
+  PERF_NOPS
+} perf_op;
+
+#define PERF_OOP 1u     /* out-of-place placement available */
+#define PERF_INPLACE 2u /* in-place placement available */
+
+/* The library under test. Every call returns 0 on success; on failure
+   last_error() says why. Buffers handed to run():
+     allreduce       send -> recv (count elements); in place: send == recv
+     broadcast       recv (count elements), root's data to everyone; always in place
+     allgather       send (count) -> recv (count*nranks); in place: send == recv + rank*count
+     reduce_scatter  send (count*nranks) -> recv (count); in place: recv == send + rank*count
+     sendrecv        send (count) to rank+1, recv (count) from rank-1, completed before returning
+     barrier         no buffers */
+typedef struct perf_layer {
+  const char *backend; /* name in the header and in JSON ("self", "openmpi-shm", ...) */
+  const char *library; /* library and version for the header */
+  int rank, nranks;
+  void *ctx;
+  unsigned (*placements)(void *ctx, perf_op op);
+  /* NULL when the layer can run this dtype/op for this collective, else a sentence. */
+  const char *(*unsupported)(void *ctx, perf_op op, braid_dtype dt, braid_op rop);
+  int (*run)(void *ctx, perf_op op, const void *send, void *recv, size_t count, braid_dtype dt,
+             braid_op rop, int root, int inplace);
+  int (*complete)(void *ctx); /* waits for everything run() started (braid_sync) */
+  int (*barrier)(void *ctx);
+  const char *(*last_error)(void *ctx);
+  /* Optional: writes '#' lines naming the algorithm the library picks for op. */
+  void (*describe)(void *ctx, perf_op op, FILE *out);
+  /* In-place reduce-scatter leaves this rank's block at the start of the
+     buffer (MPI_IN_PLACE, Gloo) instead of at rank*count (braid). */
+  int rs_inplace_result_at_start;
+} perf_layer;
+
+#define PERF_MAX_ITEMS 32
+
+typedef struct perf_args {
+  int ops[PERF_NOPS + 1]; /* selected ops, terminated by -1 */
+  size_t minbytes, maxbytes, stepbytes;
+  long stepfactor;
+  long iters;       /* -n; 0: adapt */
+  long warmup;      /* -w; -1: default */
+  double target_s;  /* per-size time when adapting */
+  int ndtypes;
+  braid_dtype dtypes[PERF_MAX_ITEMS];
+  int all_dtypes;
+  int nredops;
+  braid_op redops[PERF_MAX_ITEMS];
+  int all_redops;
+  int root;
+  int check;
+  int json;
+  const char *prog;
+} perf_args;
+
+/* Exit codes shared by every tool built on the core. */
+#define PERF_EXIT_OK 0
+#define PERF_EXIT_WRONG 1 /* some element was wrong */
+#define PERF_EXIT_USAGE 2 /* invalid option or value */
+#define PERF_EXIT_ERROR 3 /* the library reported an error */
+
+/* Parses argv (OP first, then options). Returns -1 to go on, else an exit
+   status (help printed: 0; bad usage: 2, message printed unless quiet). */
+int perf_parse_args(int argc, char **argv, perf_args *a, const char *prog, int quiet);
+void perf_usage(FILE *out, const char *prog);
+
+/* Measures everything a asks for with layer L; returns the exit status. */
+int perf_run(const perf_args *a, perf_layer *L);
+
+const char *perf_op_name(perf_op op);
+const char *perf_dtype_name(braid_dtype dt);
+const char *perf_redop_name(braid_op op);
+size_t perf_dtype_size(braid_dtype dt);
+/* nccl-tests bus-bandwidth factor for op at n ranks. */
+double perf_bus_factor(perf_op op, int nranks);
+/* NULL when braid.h defines rop for dt, else a sentence saying why not. */
+const char *perf_redop_invalid(braid_dtype dt, braid_op rop);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -42,8 +42,9 @@ int braid__sock_resolve(const char *host, int port, int passive, struct addrinfo
    the deadline passed). */
 int braid__sock_connect_addr(const struct sockaddr *sa, socklen_t salen, double deadline, int *fd);
 /* One attempt over every address host resolves to. Returns 0 and *fd, else
-   the errno of the last failure; a resolution failure returns EAI_* code
-   negated (< 0), with a description in why (may be NULL). */
+   the errno of the last failure (> 0); a resolution failure returns the
+   EAI_* code, made negative if it is not already (glibc's are). why (may be
+   NULL) receives a description of the last failure. */
 int braid__sock_connect(const char *host, int port, double deadline, int *fd, char *why, size_t whylen);
 /* Bound, listening, non-blocking, CLOEXEC socket with SO_REUSEADDR. host
    NULL: all interfaces (IPv6 dual-stack when available, else IPv4). port 0

@@ -124,13 +124,14 @@ typedef struct {
   braid_dtype dt;
   braid_op op;
   int nsrc;
+  int no_nt; /* non-temporal stores disabled */
 } kdef;
 
 static const kdef KERNELS[] = {
-    {"f32 sum", BRAID_F32, BRAID_SUM, 2},  {"f16 sum", BRAID_F16, BRAID_SUM, 2},
-    {"bf16 sum", BRAID_BF16, BRAID_SUM, 2}, {"f64 sum", BRAID_F64, BRAID_SUM, 2},
-    {"i32 sum", BRAID_I32, BRAID_SUM, 2},  {"f32 max", BRAID_F32, BRAID_MAX, 2},
-    {"f32 sum x8", BRAID_F32, BRAID_SUM, 8},
+    {"f32 sum", BRAID_F32, BRAID_SUM, 2, 0},     {"f32 sum no-nt", BRAID_F32, BRAID_SUM, 2, 1},
+    {"f16 sum", BRAID_F16, BRAID_SUM, 2, 0},     {"bf16 sum", BRAID_BF16, BRAID_SUM, 2, 0},
+    {"f64 sum", BRAID_F64, BRAID_SUM, 2, 0},     {"i32 sum", BRAID_I32, BRAID_SUM, 2, 0},
+    {"f32 max", BRAID_F32, BRAID_MAX, 2, 0},     {"f32 sum x8", BRAID_F32, BRAID_SUM, 8, 0},
 };
 
 static void row(const char *size, const char *name, const char *isa, int nsrc, size_t set, double t, size_t out_bytes,
@@ -138,7 +139,7 @@ static void row(const char *size, const char *name, const char *isa, int nsrc, s
   char setb[32];
   fmt_size(setb, sizeof setb, set);
   double moved = (double)out_bytes * (nsrc + 1) / t;
-  printf("%-8s %-12s %-7s %4d %9s %10.3f %9.2f %10.2f", size, name, isa, nsrc, setb, t * 1e3,
+  printf("%-8s %-13s %-7s %4d %9s %10.1f %9.2f %10.2f", size, name, isa, nsrc, setb, t * 1e6,
          (double)out_bytes / t / 1e9, moved / 1e9);
   if (moved_rate_memcpy > 0)
     printf(" %9.2f", moved / moved_rate_memcpy);
@@ -176,9 +177,11 @@ int main(int argc, char **argv) {
 
   braid__reduce_set_isa(NULL);
   const char *auto_isa = braid__reduce_isa();
+  size_t nt_default = braid__reduce_set_nt_threshold(SIZE_MAX);
+  braid__reduce_set_nt_threshold(nt_default);
   printf("reduce_bench: automatic kernel set %s; best of %d; sizes are per buffer, set = all buffers touched\n",
          auto_isa, reps);
-  printf("%-8s %-12s %-7s %4s %9s %10s %9s %10s %9s %9s\n", "size", "kernel", "isa", "nsrc", "set", "time ms",
+  printf("%-8s %-13s %-7s %4s %9s %10s %9s %10s %9s %9s\n", "size", "kernel", "isa", "nsrc", "set", "time us",
          "out GB/s", "moved GB/s", "vs memcpy", "vs c=a+b");
 
   static const char *const isas[] = {"scalar", "avx2", "avx512"};
@@ -226,14 +229,18 @@ int main(int argc, char **argv) {
         if (braid__reduce_set_isa(isas[ii]) != 0) continue;
         char isa[16];
         snprintf(isa, sizeof isa, "%s%s", isas[ii], is_auto ? "*" : "");
+        size_t nt_prev = braid__reduce_set_nt_threshold(kd->no_nt ? SIZE_MAX : nt_default);
         double t = best_time(&j, reps);
+        braid__reduce_set_nt_threshold(nt_prev);
         row(sz, kd->name, isa, kd->nsrc, (size_t)(kd->nsrc + 1) * bytes, t, bytes, memcpy_rate, base_rate);
       }
       braid__reduce_set_isa(NULL);
     }
   }
   printf("* = the automatic choice; plain / p-avx2 = the c[i] = a[i] + b[i] loop built for the base ISA / AVX2.\n"
-         "moved GB/s = (nsrc + 1) * size / time; the ratios compare moved GB/s (vs c=a+b: the faster build).\n");
+         "Outputs are streamed (non-temporal stores) when the set reaches %zu MiB; no-nt = never.\n",
+         nt_default >> 20);
+  printf("moved GB/s = (nsrc + 1) * size / time; the ratios compare moved GB/s (vs c=a+b: the faster build).\n");
   for (int k = 0; k < MAXSRC; k++) free(src[k]);
   free(dst);
   return 0;

@@ -8,6 +8,7 @@
 #include <net/if.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,11 +33,51 @@ static const uint8_t *token_of(const braid__launch_env *e, size_t *len) {
   return e->has_token ? e->token : NULL;
 }
 
-static void free_boot(braid__boot *b) {
-  if (!b) return;
+struct braid__boot_shared {
+  atomic_int refs;
+  braid__store_server *srv; /* hosted here; NULL otherwise */
+  int world_rank, world_size;
+};
+
+/* Drops b's reference; the last one says goodbye (goodbye_timeout >= 0) and,
+   when this process hosts the store, waits for the others' goodbyes first. */
+static void release(braid__boot *b, double goodbye_timeout) {
+  braid__boot_shared *sh = b->shared;
+  if (sh && atomic_fetch_sub(&sh->refs, 1) == 1) {
+    if (goodbye_timeout >= 0 && b->store && sh->world_size > 1) {
+      char key[32];
+      snprintf(key, sizeof key, "exit/%d", sh->world_rank);
+      if (braid__store_set_prefix(b->store, b->job_prefix) != BRAID_OK ||
+          braid__store_set(b->store, key, "1", 1) != BRAID_OK)
+        BLOG_DEBUG(BRAID_SUB_BOOT, sh->world_rank, "could not say goodbye to the store: %s",
+                   braid__store_error(b->store));
+      if (sh->srv && goodbye_timeout > 0) {
+        char(*names)[24] = malloc(sizeof *names * (size_t)sh->world_size);
+        const char **keys = malloc(sizeof *keys * (size_t)sh->world_size);
+        if (names && keys) {
+          for (int r = 0; r < sh->world_size; r++) {
+            snprintf(names[r], sizeof names[r], "exit/%d", r);
+            keys[r] = names[r];
+          }
+          if (braid__store_wait(b->store, keys, sh->world_size, braid__deadline(goodbye_timeout), NULL) != BRAID_OK)
+            BLOG_INFO(BRAID_SUB_BOOT, sh->world_rank,
+                      "stopping the store after %g s although some ranks have not left", goodbye_timeout);
+        }
+        free(names);
+        free(keys);
+      }
+    }
+    if (b->store) braid__store_close(b->store);
+    b->store = NULL;
+    if (sh->srv) braid__store_server_stop(sh->srv);
+    free(sh);
+  }
   if (b->store) braid__store_close(b->store);
-  if (b->server) braid__store_server_stop(b->server);
   free(b);
+}
+
+static void free_boot(braid__boot *b) {
+  if (b) release(b, -1);
 }
 
 /* Host names go into keys: keep them to one path segment. */
@@ -109,7 +150,6 @@ braid_status braid__bootstrap_world(braid_comm *c, const braid__launch_env *env,
   b->env = *env;
   b->rank = c->rank;
   b->size = c->size;
-  b->world = 1;
   b->local_rank = env->local_rank;
   b->local_size = env->local_size;
   b->init_timeout_s = env->init_timeout_s;
@@ -137,6 +177,15 @@ braid_status braid__bootstrap_world(braid_comm *c, const braid__launch_env *env,
     return BRAID_OK;
   }
 
+  b->shared = calloc(1, sizeof *b->shared);
+  if (!b->shared) {
+    free_boot(b);
+    return braid__fail(c, BRAID_ERR_NO_MEMORY, "out of memory for the bootstrap state");
+  }
+  atomic_init(&b->shared->refs, 1);
+  b->shared->world_rank = c->rank;
+  b->shared->world_size = c->size;
+  b->hosting = env->store_owner == BRAID__STORE_RANK0 && c->rank == 0;
   double t0 = braid__now();
   double deadline = braid__deadline(env->init_timeout_s);
   char where[BRAID__ENV_HOST_MAX + 16];
@@ -144,12 +193,12 @@ braid_status braid__bootstrap_world(braid_comm *c, const braid__launch_env *env,
   size_t toklen;
   const uint8_t *tok = token_of(env, &toklen);
 
-  if (env->store_owner == BRAID__STORE_RANK0 && c->rank == 0) {
+  if (b->hosting) {
     /* A loopback address is bound as such; otherwise every interface (which the
        store narrows to loopback when there is no token). */
     const char *bind_host = braid__host_is_loopback(env->store_host) ? env->store_host : NULL;
     err[0] = 0;
-    st = braid__store_server_start(bind_host, env->store_port, tok, toklen, &b->server, err, sizeof err);
+    st = braid__store_server_start(bind_host, env->store_port, tok, toklen, &b->shared->srv, err, sizeof err);
     if (st) {
       free_boot(b);
       return braid__fail(c, BRAID_ERR_BOOTSTRAP,
@@ -271,6 +320,11 @@ braid_status braid__bootstrap_split(braid_comm *parent, braid_comm *child) {
   snprintf(b->job_prefix, sizeof b->job_prefix, "%s", pb->job_prefix);
   /* Child ids are unique within a job, so the namespace stays flat. */
   snprintf(b->prefix, sizeof b->prefix, "%sc%llx/", pb->job_prefix, (unsigned long long)child->id);
+  if (pb->shared) { /* the hosted store outlives the world while children remain */
+    atomic_fetch_add(&pb->shared->refs, 1);
+    b->shared = pb->shared;
+    b->hosting = pb->hosting;
+  }
   if (pb->store) {
     char err[BRAID_ERRLEN] = "";
     braid_status st = braid__store_clone(pb->store, braid__deadline(pb->init_timeout_s), &b->store, err, sizeof err);
@@ -293,30 +347,7 @@ void braid__bootstrap_free(braid_comm *c, double timeout_s) {
   braid__boot *b = c->boot;
   if (!b) return;
   c->boot = NULL;
-  if (b->world && b->store && b->size > 1) {
-    char key[32];
-    snprintf(key, sizeof key, "exit/%d", b->rank);
-    if (braid__store_set_prefix(b->store, b->job_prefix) == BRAID_OK &&
-        braid__store_set(b->store, key, "1", 1) != BRAID_OK)
-      BLOG_DEBUG(BRAID_SUB_BOOT, b->rank, "could not say goodbye to the store: %s", braid__store_error(b->store));
-    if (b->server && timeout_s > 0) {
-      /* The others may still need the store (their own destroy, late splits). */
-      char(*names)[24] = malloc(sizeof *names * (size_t)b->size);
-      const char **keys = malloc(sizeof *keys * (size_t)b->size);
-      if (names && keys) {
-        for (int r = 0; r < b->size; r++) {
-          snprintf(names[r], sizeof names[r], "exit/%d", r);
-          keys[r] = names[r];
-        }
-        if (braid__store_wait(b->store, keys, b->size, braid__deadline(timeout_s), NULL) != BRAID_OK)
-          BLOG_INFO(BRAID_SUB_BOOT, b->rank, "stopping the store after %g s although some ranks have not left",
-                    timeout_s);
-      }
-      free(names);
-      free(keys);
-    }
-  }
-  free_boot(b);
+  release(b, timeout_s);
 }
 
 /* ---------------------------------------------------------------- data-plane listener */

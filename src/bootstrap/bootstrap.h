@@ -6,7 +6,7 @@
  * Key layout, under "braid/<job id>/w<world size>/":
  *   rank/<r>  "host=<hostname> pid=<pid> local_rank=<l>"  (registration)
  *   host/<hostname>  counter giving local rank/size when the launcher does not
- *   exit/<r>  set by braid_destroy of the world communicator
+ *   exit/<r>  set when rank r has freed its last communicator of the job
  *   c<id>/    prefix of a split child (its id in hex); backends add their own keys
  */
 #ifndef BRAID_BOOTSTRAP_H
@@ -18,14 +18,18 @@
 #include "bootstrap/env.h"
 #include "bootstrap/store.h"
 
+/* What a world communicator and its split children share in one process: the
+   store it may host and the goodbye said when the last of them is freed. */
+typedef struct braid__boot_shared braid__boot_shared;
+
 typedef struct braid__boot {
   braid__launch_env env;               /* what the launcher said (rank/size of the world) */
   braid__store *store;          /* NULL when there is none (world size 1 without an address) */
-  braid__store_server *server;  /* this rank hosts the store (rank 0 of a world communicator) */
+  braid__boot_shared *shared;   /* NULL without a store */
+  int hosting;                  /* this process hosts the store (rank 0 when the convention says so) */
   char prefix[BRAID__STORE_MAX_KEY / 2]; /* this communicator's namespace, already set on store */
   char job_prefix[BRAID__STORE_MAX_KEY / 2]; /* the world's namespace */
   int rank, size;               /* of this communicator */
-  int world;                    /* 1: the world communicator's (it says goodbye at free) */
   int local_rank, local_size;   /* within this host, world communicator; known after rendezvous */
   double init_timeout_s;        /* bound of connects and rendezvous; 0: forever */
 } braid__boot;
@@ -50,9 +54,10 @@ braid_status braid__bootstrap_world(braid_comm *c, const braid__launch_env *env,
    connect; a parent without boot gives a child without boot. Errors on child. */
 braid_status braid__bootstrap_split(braid_comm *parent, braid_comm *child);
 
-/* Frees c->boot (NULL is fine). The world communicator's ranks say they are
-   leaving; the rank hosting the store keeps it up until all have left or
-   timeout_s passed, so late ranks still reach it. */
+/* Frees c->boot (NULL is fine). When the last communicator of the job in this
+   process goes, the process says goodbye (key exit/<world rank>); the one
+   hosting the store keeps it up until every rank has said it or timeout_s
+   passed, so slower ranks still reach it. */
 void braid__bootstrap_free(braid_comm *c, double timeout_s);
 
 /*

@@ -2,8 +2,32 @@
    reduce_kern.h; this file supplies the primitives that need intrinsics. */
 #include <immintrin.h>
 
+#define BK_NATIVE_MINMAX 1
 #define BK_VB 32
 #include "reduce_kern.h"
+
+/* MIN/MAX with the hardware instructions, which return the second operand
+   for NaN or equal inputs: taking both operand orders and combining them
+   gives the rules of reduce_kern.h (OR: -0 and NaN win for min; AND: +0 wins
+   for max, and unordered lanes are set to all ones, a NaN). */
+static inline vf32 bk_min_vf32(vf32 a, vf32 b) {
+  __m256 x = (__m256)a, y = (__m256)b;
+  return (vf32)_mm256_or_ps(_mm256_min_ps(x, y), _mm256_min_ps(y, x));
+}
+static inline vf32 bk_max_vf32(vf32 a, vf32 b) {
+  __m256 x = (__m256)a, y = (__m256)b;
+  __m256 m = _mm256_and_ps(_mm256_max_ps(x, y), _mm256_max_ps(y, x));
+  return (vf32)_mm256_or_ps(m, _mm256_cmp_ps(x, y, _CMP_UNORD_Q));
+}
+static inline vf64 bk_min_vf64(vf64 a, vf64 b) {
+  __m256d x = (__m256d)a, y = (__m256d)b;
+  return (vf64)_mm256_or_pd(_mm256_min_pd(x, y), _mm256_min_pd(y, x));
+}
+static inline vf64 bk_max_vf64(vf64 a, vf64 b) {
+  __m256d x = (__m256d)a, y = (__m256d)b;
+  __m256d m = _mm256_and_pd(_mm256_max_pd(x, y), _mm256_max_pd(y, x));
+  return (vf64)_mm256_or_pd(m, _mm256_cmp_pd(x, y, _CMP_UNORD_Q));
+}
 
 static inline vf32 bk_ld_f16(const void *p) {
   return (vf32)_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));

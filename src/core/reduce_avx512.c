@@ -2,8 +2,34 @@
    reduce_kern.h; this file supplies the primitives that need intrinsics. */
 #include <immintrin.h>
 
+#define BK_NATIVE_MINMAX 1
 #define BK_VB 64
 #include "reduce_kern.h"
+
+/* MIN/MAX with the hardware instructions, which return the second operand
+   for NaN or equal inputs: taking both operand orders and combining them
+   gives the rules of reduce_kern.h (OR: -0 and NaN win for min; AND: +0 wins
+   for max, and unordered lanes are set to all ones, a NaN). */
+static inline vf32 bk_min_vf32(vf32 a, vf32 b) {
+  __m512 x = (__m512)a, y = (__m512)b;
+  return (vf32)_mm512_or_ps(_mm512_min_ps(x, y), _mm512_min_ps(y, x));
+}
+static inline vf32 bk_max_vf32(vf32 a, vf32 b) {
+  __m512 x = (__m512)a, y = (__m512)b;
+  __m512 m = _mm512_and_ps(_mm512_max_ps(x, y), _mm512_max_ps(y, x));
+  __mmask16 u = _mm512_cmp_ps_mask(x, y, _CMP_UNORD_Q);
+  return (vf32)_mm512_mask_blend_epi32(u, _mm512_castps_si512(m), _mm512_set1_epi32(-1));
+}
+static inline vf64 bk_min_vf64(vf64 a, vf64 b) {
+  __m512d x = (__m512d)a, y = (__m512d)b;
+  return (vf64)_mm512_or_pd(_mm512_min_pd(x, y), _mm512_min_pd(y, x));
+}
+static inline vf64 bk_max_vf64(vf64 a, vf64 b) {
+  __m512d x = (__m512d)a, y = (__m512d)b;
+  __m512d m = _mm512_and_pd(_mm512_max_pd(x, y), _mm512_max_pd(y, x));
+  __mmask8 u = _mm512_cmp_pd_mask(x, y, _CMP_UNORD_Q);
+  return (vf64)_mm512_mask_blend_epi64(u, _mm512_castpd_si512(m), _mm512_set1_epi64(-1));
+}
 
 static inline vf32 bk_ld_f16(const void *p) {
   return (vf32)_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));

@@ -126,10 +126,17 @@ static void bk_fence(void);
 /* Floating point. MIN/MAX: NaN if either is NaN, -0 below +0, so the result
    never depends on operand order. For min, the OR of two equal values is the
    value itself, of +-0 is -0, and of a NaN with anything is a NaN; for max the
-   AND handles +-0 and an all-ones lane (a NaN) marks unordered pairs. */
-#define BK_FLOAT_OPS(V, I)                                                                 \
-  static inline V bk_add_##V(V a, V b) { return a + b; }                                   \
-  static inline V bk_mul_##V(V a, V b) { return a * b; }                                   \
+   AND handles +-0 and an all-ones lane (a NaN) marks unordered pairs. An ISA
+   file may define BK_NATIVE_MINMAX and give the same results with its own
+   min/max instructions. */
+#ifdef BK_NATIVE_MINMAX
+static inline vf32 bk_min_vf32(vf32 a, vf32 b);
+static inline vf32 bk_max_vf32(vf32 a, vf32 b);
+static inline vf64 bk_min_vf64(vf64 a, vf64 b);
+static inline vf64 bk_max_vf64(vf64 a, vf64 b);
+#define BK_FLOAT_MINMAX(V, I)
+#else
+#define BK_FLOAT_MINMAX(V, I)                                                              \
   static inline V bk_min_##V(V a, V b) {                                                   \
     I lt = (I)(a < b), gt = (I)(b < a), ia = (I)a, ib = (I)b;                              \
     return (V)((lt & ia) | (gt & ib) | (~(lt | gt) & (ia | ib)));                          \
@@ -138,6 +145,11 @@ static void bk_fence(void);
     I gt = (I)(a > b), lt = (I)(a < b), eq = (I)(a == b), ia = (I)a, ib = (I)b;            \
     return (V)((gt & ia) | (lt & ib) | (eq & ia & ib) | ~(gt | lt | eq));                  \
   }
+#endif
+#define BK_FLOAT_OPS(V, I)                                                                 \
+  static inline V bk_add_##V(V a, V b) { return a + b; }                                   \
+  static inline V bk_mul_##V(V a, V b) { return a * b; }                                   \
+  BK_FLOAT_MINMAX(V, I)
 BK_FLOAT_OPS(vf32, vi32)
 BK_FLOAT_OPS(vf64, vi64)
 

@@ -108,7 +108,7 @@ static int body_join(braid_comm *unused, int hrank, int hsize, void *arg) {
   BT_CHECK(b && b->store && b->rank == rank && b->size == j->size, "boot state");
   BT_CHECK(b->local_size == j->size && b->local_rank >= 0 && b->local_rank < j->size, "derived local %d of %d",
            b->local_rank, b->local_size);
-  BT_CHECK((b->server != NULL) == (rank == 0 && !j->external), "rank 0 hosts unless external");
+  BT_CHECK(b->hosting == (rank == 0 && !j->external), "rank 0 hosts unless external");
 
   /* Everyone publishes, everyone reads everyone: the namespace is shared by the job. */
   char key[32], want[32];
@@ -120,7 +120,8 @@ static int body_join(braid_comm *unused, int hrank, int hsize, void *arg) {
     size_t len = 0;
     snprintf(key, sizeof key, "hello/%d", r);
     snprintf(want, sizeof want, "from %d", r);
-    BT_CHECK(braid__store_get(b->store, key, &val, &len, braid__deadline(10)) == BRAID_OK, "get %s", key);
+    BT_CHECK(braid__store_get(b->store, key, &val, &len, braid__deadline(10)) == BRAID_OK, "get %s: %s", key,
+             braid__store_error(b->store));
     BT_CHECK(len == strlen(want) && !memcmp(val, want, len), "value of %s", key);
     free(val);
   }
@@ -138,11 +139,18 @@ static int body_join(braid_comm *unused, int hrank, int hsize, void *arg) {
   /* The parent's keys are not visible under the child's prefix. */
   BT_CHECK(braid__store_get(child->boot->store, "hello/0", &val, &len, braid__now()) == BRAID_ERR_TIMEOUT,
            "child sees parent keys");
-  braid__bootstrap_free(child, 0);
-  shell_free(child);
 
+  /* The world goes first; the child still reaches the store (rank 0 keeps hosting it). */
   braid__bootstrap_free(c, 10.0);
   shell_free(c);
+  snprintf(key, sizeof key, "after/%d", rank);
+  BT_CHECK(braid__store_set(child->boot->store, key, "x", 1) == BRAID_OK, "child store after the world: %s",
+           braid__store_error(child->boot->store));
+  BT_CHECK(braid__store_get(child->boot->store, key, &val, &len, braid__deadline(10)) == BRAID_OK, "get");
+  free(val);
+  /* The last communicator of the job here: rank 0 waits for everyone's goodbye. */
+  braid__bootstrap_free(child, 10.0);
+  shell_free(child);
   return 0;
 }
 

@@ -357,7 +357,12 @@ static int spawn(rank_proc *rp, const char *path, char **argv, char **envp, int 
     n = read(ex[0], &e, sizeof e);
   } while (n < 0 && errno == EINTR);
   close(ex[0]);
-  return n == (ssize_t)sizeof e ? e : 0;
+  if (n != (ssize_t)sizeof e) return 0;
+  /* exec failed: the child is exiting already. */
+  while (waitpid(pid, &rp->status, 0) < 0 && errno == EINTR) {
+  }
+  rp->running = 0;
+  return e;
 }
 
 static void signal_rank(rank_proc *rp, int sig) {
@@ -733,7 +738,6 @@ int main(int argc, char **argv) {
     publish_failure(&cc, exit_code, what);
     signal_all(SIGKILL);
     stopping = 1;
-    kill_at = braid__now();
   }
 
   /* Supervise. */

@@ -39,8 +39,12 @@ test-tsan:
 	cd $(TSAN_BUILD) && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
 	  ctest --output-on-failure -j $(JOBS) -L threads $(CTEST_ARGS)
 
+# The main demo: 4 ranks on this host over shared memory, all-reduce from 8 B to 64 MiB.
+NP      ?= 4
+BACKEND ?= shm
 run: build
-	$(BUILD)/examples/braid_demo
+	$(BUILD)/tools/braidrun/braidrun -n $(NP) --backend $(BACKEND) \
+	  $(BUILD)/tools/braid-perf/braid-perf allreduce -b 8 -e 64M -f 4
 
 install: build
 	cmake --install $(BUILD) $(if $(PREFIX),--prefix $(PREFIX),)

@@ -283,7 +283,8 @@ static braid_status detect_store(const reader *r, const convention *cv, const br
   return BRAID_OK;
 }
 
-static braid_status detect_job_id(const reader *r, const convention *cv, braid__launch_env *e, char *err, size_t errlen) {
+static braid_status detect_job_id(const reader *r, const convention *cv, braid__launch_env *e, char *err,
+                                  size_t errlen) {
   const char *v;
   if ((v = get(r, "BRAID_JOB_ID")))
     set_job_id(e, v, NULL);

@@ -220,11 +220,11 @@ braid_status braid_init(const braid_config *cfg, braid_comm **out) {
   const char *name = def.backend ? def.backend : braid__env("BRAID_BACKEND");
   if (!name) name = "self";
   const braid__backend_ops *ops = braid__backend_find(name);
-  braid__env_overrides ov = {def.rank,     def.world_size, def.local_rank,    def.local_size,
+  braid__env_overrides ov = {def.rank,       def.world_size, def.local_rank,    def.local_size,
                              def.store_addr, def.token_hex,  def.init_timeout_s};
   braid__launch_env env;
-  braid_status st = braid__env_detect(braid__env_getenv, NULL, &ov, ops == &braid__self_ops ? 0 : BRAID__ENV_REQUIRE_STORE,
-                                      &env, err, sizeof err);
+  unsigned flags = ops == &braid__self_ops ? 0 : BRAID__ENV_REQUIRE_STORE;
+  braid_status st = braid__env_detect(braid__env_getenv, NULL, &ov, flags, &env, err, sizeof err);
   if (st) return init_fail(st, -1, "%s", err);
   int rank = env.rank;
   double timeout = def.timeout_s, dtimeout = def.destroy_timeout_s;

@@ -115,7 +115,8 @@ static int test_braidrun_errors(void) {
              BRAID_ERR_BOOTSTRAP, "BRAID_TOKEN is not 64 hex digits");
   BT_CHECK(!strstr(err, "abc"), "the token value is never echoed: %s", err);
   EXPECT_ERR(DETECT(REQ, "BRAID_TOKEN=" TOKEN_HEX "0"), BRAID_ERR_BOOTSTRAP, "BRAID_TOKEN is not 64 hex digits");
-  EXPECT_ERR(DETECT(REQ, "BRAID_TOKEN=zz112233445566778899aabbccddeeff00112233445566778899AABBCCDDEEFF"), BRAID_ERR_BOOTSTRAP, "BRAID_TOKEN is not 64 hex digits");
+  EXPECT_ERR(DETECT(REQ, "BRAID_TOKEN=zz112233445566778899aabbccddeeff00112233445566778899AABBCCDDEEFF"),
+             BRAID_ERR_BOOTSTRAP, "BRAID_TOKEN is not 64 hex digits");
   EXPECT_ERR(DETECT(REQ, "BRAID_RANK=0", "BRAID_WORLD_SIZE=2", "BRAID_STORE=h:1", "BRAID_STORE_EXTERNAL=1"),
              BRAID_ERR_BOOTSTRAP, "BRAID_STORE_EXTERNAL=1 needs BRAID_JOB_ID");
   EXPECT_ERR(DETECT(REQ, "BRAID_RANK=0", "BRAID_WORLD_SIZE=2", "BRAID_STORE=h:1", "BRAID_STORE_EXTERNAL=yes"),
@@ -198,7 +199,8 @@ static int test_openmpi_pmi(void) {
   EXPECT_OK(DETECT(REQ, "PMI_RANK=1", "PMI_SIZE=2", "MPI_LOCALRANKID=1", "MPI_LOCALNRANKS=2", "BRAID_STORE=h:1"));
   BT_CHECK(!strcmp(env.convention, "pmi"), "convention %s", env.convention);
   BT_CHECK(env.rank == 1 && env.world_size == 2 && env.local_rank == 1 && env.local_size == 2, "layout");
-  EXPECT_ERR(DETECT(REQ, "PMI_SIZE=2"), BRAID_ERR_BOOTSTRAP, "PMI_SIZE is set but PMI_RANK is missing (PMI convention)");
+  EXPECT_ERR(DETECT(REQ, "PMI_SIZE=2"), BRAID_ERR_BOOTSTRAP,
+             "PMI_SIZE is set but PMI_RANK is missing (PMI convention)");
   EXPECT_ERR(DETECT(REQ, "PMI_RANK=0", "PMI_SIZE=2"), BRAID_ERR_BOOTSTRAP,
              "PMI_RANK is set but no store address: set BRAID_STORE or MASTER_ADDR and MASTER_PORT");
   return 0;

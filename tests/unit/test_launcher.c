@@ -92,7 +92,8 @@ static int finish(proc *p, double timeout_s) {
   slurp(p->err_path, p->err, sizeof p->err);
   unlink(p->out_path);
   unlink(p->err_path);
-  if (killed) fprintf(stderr, "braidrun did not finish within %g s\nstdout:\n%s\nstderr:\n%s\n", timeout_s, p->out, p->err);
+  if (killed)
+    fprintf(stderr, "braidrun did not finish within %g s\nstdout:\n%s\nstderr:\n%s\n", timeout_s, p->out, p->err);
   return killed ? -1 : 0;
 }
 

@@ -187,7 +187,8 @@ static int parse_int_opt(const char *opt, const char *v, int lo, int hi) {
   char *end = NULL;
   errno = 0;
   long x = strtol(v, &end, 10);
-  if (errno || end == v || *end || x < lo || x > hi) die_usage("%s \"%s\" is not an integer in [%d, %d]", opt, v, lo, hi);
+  if (errno || end == v || *end || x < lo || x > hi)
+    die_usage("%s \"%s\" is not an integer in [%d, %d]", opt, v, lo, hi);
   return (int)x;
 }
 
@@ -231,7 +232,8 @@ static void parse_opts(int argc, char **argv, opts *o) {
   if (optind >= argc) die_usage("no PROGRAM to run");
   if (!o->nproc) die_usage("-n N (ranks on this node) is required");
   if (o->node_rank >= o->nnodes) die_usage("--node-rank %d is not below --nnodes %d", o->node_rank, o->nnodes);
-  if (o->nnodes > 1 && !o->master) die_usage("--nnodes %d needs --master HOST:PORT (node 0's store address)", o->nnodes);
+  if (o->nnodes > 1 && !o->master)
+    die_usage("--nnodes %d needs --master HOST:PORT (node 0's store address)", o->nnodes);
   if (o->master && o->port >= 0) die_usage("--port and --master both give the store port; use one");
   if ((long)o->nproc * o->nnodes > (1 << 24)) die_usage("%d nodes of %d ranks are too many", o->nnodes, o->nproc);
   o->argv = argv + optind;
@@ -530,7 +532,9 @@ static int read_token_file(const char *path, uint8_t tok[BRAID__TOKEN_LEN]) {
 int main(int argc, char **argv) {
   opts o;
   parse_opts(argc, argv, &o);
-  char *path = find_program(o.argv[0]);
+  /* Static, so early error exits don't count as leaks under LeakSanitizer. */
+  static char *path;
+  path = find_program(o.argv[0]);
   if (!path) {
     msg("%s: command not found", o.argv[0]);
     return 127;

@@ -2,14 +2,14 @@
    reduce_kern.h; this file supplies the primitives that need intrinsics. */
 #include <immintrin.h>
 
-#define BK_NATIVE_MINMAX 1
 #define BK_VB 64
 #include "reduce_kern.h"
 
-/* MIN/MAX with the hardware instructions, which return the second operand
-   for NaN or equal inputs: taking both operand orders and combining them
-   gives the rules of reduce_kern.h (OR: -0 and NaN win for min; AND: +0 wins
-   for max, and unordered lanes are set to all ones, a NaN). */
+/* MIN/MAX: the instructions return the second operand for NaN or equal
+   inputs, so both operand orders are combined. For min, the OR of two equal
+   values is the value, of +-0 is -0, and of a NaN with anything is a NaN; for
+   max the AND gives +0 for +-0, and unordered lanes are set to all ones (a
+   NaN). */
 static inline vf32 bk_min_vf32(vf32 a, vf32 b) {
   __m512 x = (__m512)a, y = (__m512)b;
   return (vf32)_mm512_or_ps(_mm512_min_ps(x, y), _mm512_min_ps(y, x));

@@ -109,6 +109,8 @@ BK_LDST(vi64)
    bk_ld_u16x / bk_st_u16x, bk_ld_u8x / bk_st_u8x: BK_LF 16-bit / 8-bit values
    zero-extended to / truncated from 32-bit lanes;
    bk_cmul_f32 / bk_cmul_f64: complex products, (ac - bd, ad + bc);
+   bk_min_vf32 / bk_max_vf32 / bk_min_vf64 / bk_max_vf64: NaN if either
+   operand is NaN, -0 below +0 (so the result never depends on the order);
    bk_stream / bk_fence: one non-temporal vector store (aligned) and sfence. */
 static inline vf32 bk_ld_f16(const void *p);
 static inline void bk_st_f16(void *p, vf32 v);
@@ -118,40 +120,21 @@ static inline vu32 bk_ld_u8x(const void *p);
 static inline void bk_st_u8x(void *p, vu32 v);
 static inline vf32 bk_cmul_f32(vf32 a, vf32 b);
 static inline vf64 bk_cmul_f64(vf64 a, vf64 b);
+static inline vf32 bk_min_vf32(vf32 a, vf32 b);
+static inline vf32 bk_max_vf32(vf32 a, vf32 b);
+static inline vf64 bk_min_vf64(vf64 a, vf64 b);
+static inline vf64 bk_max_vf64(vf64 a, vf64 b);
 static inline void bk_stream(void *p, vu64 v);
 static void bk_fence(void);
 
 #define BK_ID(x) (x)
 
-/* Floating point. MIN/MAX: NaN if either is NaN, -0 below +0, so the result
-   never depends on operand order. For min, the OR of two equal values is the
-   value itself, of +-0 is -0, and of a NaN with anything is a NaN; for max the
-   AND handles +-0 and an all-ones lane (a NaN) marks unordered pairs. An ISA
-   file may define BK_NATIVE_MINMAX and give the same results with its own
-   min/max instructions. */
-#ifdef BK_NATIVE_MINMAX
-static inline vf32 bk_min_vf32(vf32 a, vf32 b);
-static inline vf32 bk_max_vf32(vf32 a, vf32 b);
-static inline vf64 bk_min_vf64(vf64 a, vf64 b);
-static inline vf64 bk_max_vf64(vf64 a, vf64 b);
-#define BK_FLOAT_MINMAX(V, I)
-#else
-#define BK_FLOAT_MINMAX(V, I)                                                              \
-  static inline V bk_min_##V(V a, V b) {                                                   \
-    I lt = (I)(a < b), gt = (I)(b < a), ia = (I)a, ib = (I)b;                              \
-    return (V)((lt & ia) | (gt & ib) | (~(lt | gt) & (ia | ib)));                          \
-  }                                                                                        \
-  static inline V bk_max_##V(V a, V b) {                                                   \
-    I gt = (I)(a > b), lt = (I)(a < b), eq = (I)(a == b), ia = (I)a, ib = (I)b;            \
-    return (V)((gt & ia) | (lt & ib) | (eq & ia & ib) | ~(gt | lt | eq));                  \
-  }
-#endif
-#define BK_FLOAT_OPS(V, I)                                                                 \
+/* Floating point. MIN/MAX come from the ISA file (bk_min_vf32 ...). */
+#define BK_FLOAT_OPS(V)                                                                    \
   static inline V bk_add_##V(V a, V b) { return a + b; }                                   \
-  static inline V bk_mul_##V(V a, V b) { return a * b; }                                   \
-  BK_FLOAT_MINMAX(V, I)
-BK_FLOAT_OPS(vf32, vi32)
-BK_FLOAT_OPS(vf64, vi64)
+  static inline V bk_mul_##V(V a, V b) { return a * b; }
+BK_FLOAT_OPS(vf32)
+BK_FLOAT_OPS(vf64)
 
 /* Integers: arithmetic on unsigned lanes (wraps), comparisons signed or unsigned. */
 #define BK_INT_OPS(W)                                                                      \

@@ -99,7 +99,8 @@ int main(int argc, char **argv) {
   braid_comm *c = NULL;
   braid_status st = braid_init(NULL, &c);
   if (st != BRAID_OK) {
-    fprintf(stderr, "braid-perf: braid_init: %s (%s)\n", braid_last_error(NULL), braid_status_string(st));
+    /* The message already names the call, e.g. "braid_init: unknown backend ...". */
+    fprintf(stderr, "braid-perf: %s (%s)\n", braid_last_error(NULL), braid_status_string(st));
     return PERF_EXIT_ERROR;
   }
   bctx b = {c, {0}};
@@ -123,7 +124,7 @@ int main(int argc, char **argv) {
   rc = perf_run(&a, &L);
   st = braid_destroy(c);
   if (st != BRAID_OK && rc == PERF_EXIT_OK) {
-    fprintf(stderr, "braid-perf: braid_destroy: %s\n", braid_last_error(NULL));
+    fprintf(stderr, "braid-perf: %s\n", braid_last_error(NULL));
     rc = PERF_EXIT_ERROR;
   }
   return rc;

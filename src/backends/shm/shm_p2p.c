@@ -341,6 +341,25 @@ braid_status shm_p2p_send(braid_comm *c, const void *buf, size_t count, braid_dt
   return shm_p2p_progress(c, s);
 }
 
+/* Appends a pending receive; id names the sender's message it streams (R_STREAM). */
+static braid_status post_recv(braid_comm *c, shm_state *s, void *buf, size_t count, braid_dtype dt, int src,
+                              uint32_t tag, int state, uint64_t id) {
+  shm_recvop *r = calloc(1, sizeof *r);
+  if (!r) return braid__fail(c, BRAID_ERR_NO_MEMORY, "out of memory posting a receive");
+  r->id = id;
+  r->src = src;
+  r->tag = tag;
+  r->dt = dt;
+  r->count = count;
+  r->bytes = count * braid_dtype_size(dt);
+  r->buf = buf;
+  r->state = state;
+  *s->recvs_tail = r;
+  s->recvs_tail = &r->next;
+  s->npending++;
+  return BRAID_OK;
+}
+
 braid_status shm_p2p_recv(braid_comm *c, void *buf, size_t count, braid_dtype dt, int src, uint32_t tag) {
   shm_state *s = c->be;
   braid_status st = shm_p2p_progress(c, s);
@@ -362,40 +381,14 @@ braid_status shm_p2p_recv(braid_comm *c, void *buf, size_t count, braid_dtype dt
       st = pull(c, s, src, u->id, u->addr, buf, bytes, tag);
       if (!st) flush(s);
     } else {
-      shm_recvop *r = calloc(1, sizeof *r);
-      if (!r) st = braid__fail(c, BRAID_ERR_NO_MEMORY, "out of memory posting a receive");
-      else {
-        r->id = u->id;
-        r->src = src;
-        r->tag = tag;
-        r->dt = dt;
-        r->count = count;
-        r->bytes = bytes;
-        r->buf = buf;
-        r->state = R_STREAM;
-        *s->recvs_tail = r;
-        s->recvs_tail = &r->next;
-        s->npending++;
-        st = queue_ctrl(c, s, src, REC_CTS, u->id);
-      }
+      st = post_recv(c, s, buf, count, dt, src, tag, R_STREAM, u->id);
+      if (!st) st = queue_ctrl(c, s, src, REC_CTS, u->id);
     }
     free(u->data);
     free(u);
     return st;
   }
-  shm_recvop *r = calloc(1, sizeof *r);
-  if (!r) return braid__fail(c, BRAID_ERR_NO_MEMORY, "out of memory posting a receive");
-  r->src = src;
-  r->tag = tag;
-  r->dt = dt;
-  r->count = count;
-  r->bytes = bytes;
-  r->buf = buf;
-  r->state = R_POSTED;
-  *s->recvs_tail = r;
-  s->recvs_tail = &r->next;
-  s->npending++;
-  return BRAID_OK;
+  return post_recv(c, s, buf, count, dt, src, tag, R_POSTED, 0);
 }
 
 static void first_pending(shm_state *s, char *out, size_t len, int *peer) {

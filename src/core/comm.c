@@ -56,6 +56,18 @@ const char *braid_last_error(const braid_comm *comm) {
   return tls_copy;
 }
 
+static void describe_count(char *out, size_t len, size_t count, braid_dtype dt) {
+  snprintf(out, len, "%zu elements of %s (%zu bytes)", count, braid_dtype_name(dt), count * braid_dtype_size(dt));
+}
+
+void braid__mismatch_text(char *out, size_t len, int src, uint32_t tag, size_t msg_count, braid_dtype msg_dt,
+                          size_t recv_count, braid_dtype recv_dt) {
+  char got[96], want[96];
+  describe_count(got, sizeof got, msg_count, msg_dt);
+  describe_count(want, sizeof want, recv_count, recv_dt);
+  snprintf(out, len, "message from rank %d with tag %u has %s but the receive expects %s", src, tag, got, want);
+}
+
 /* ---------------------------------------------------------------- registry */
 
 static const braid__backend_ops *const backends[] = {&braid__self_ops, &braid__shm_ops};

@@ -97,6 +97,11 @@ static inline int braid__status_is_fatal(braid_status st) {
   return st == BRAID_ERR_TIMEOUT || st == BRAID_ERR_PEER_LOST || st == BRAID_ERR_ABORTED;
 }
 
+/* The sentence every backend uses when a message and its receive differ:
+   "message from rank R with tag T has N elements of f32 (B bytes) but the receive expects ...". */
+void braid__mismatch_text(char *out, size_t len, int src, uint32_t tag, size_t msg_count, braid_dtype msg_dt,
+                          size_t recv_count, braid_dtype recv_dt);
+
 /* Registry of built backends; NULL if name is unknown. */
 const braid__backend_ops *braid__backend_find(const char *name);
 /* Comma-separated names of the built backends (for messages). */

@@ -64,9 +64,6 @@ static braid_status self_split(braid_comm *parent, braid_comm *child, const int 
   return self_new(child);
 }
 
-static void describe(char *out, size_t len, size_t count, braid_dtype dt) {
-  snprintf(out, len, "%zu elements of %s (%zu bytes)", count, braid_dtype_name(dt), count * braid_dtype_size(dt));
-}
 
 static int same_shape(size_t c1, braid_dtype d1, size_t c2, braid_dtype d2) { return c1 == c2 && d1 == d2; }
 
@@ -103,12 +100,8 @@ static braid_status self_send(braid_comm *c, const void *buf, size_t count, brai
       return BRAID_OK;
     }
     if (!s->deferred) {
-      char got[96], want[96];
-      describe(got, sizeof got, count, dt);
-      describe(want, sizeof want, r->count, r->dt);
       s->deferred = BRAID_ERR_MISMATCH;
-      snprintf(s->deferred_msg, sizeof s->deferred_msg,
-               "message from rank 0 with tag %u has %s but the receive expects %s", tag, got, want);
+      braid__mismatch_text(s->deferred_msg, sizeof s->deferred_msg, 0, tag, count, dt, r->count, r->dt);
     }
     remove_recv(s, link);
   }
@@ -131,11 +124,9 @@ static braid_status self_recv_post(braid_comm *c, void *buf, size_t count, braid
     if (m->tag != tag) continue;
     if (!same_shape(m->count, m->dt, count, dt)) {
       /* The message stays queued for a receive of the right shape. */
-      char got[96], want[96];
-      describe(got, sizeof got, m->count, m->dt);
-      describe(want, sizeof want, count, dt);
-      return braid__fail(c, BRAID_ERR_MISMATCH, "message from rank 0 with tag %u has %s but the receive expects %s",
-                         tag, got, want);
+      char text[256];
+      braid__mismatch_text(text, sizeof text, 0, tag, m->count, m->dt, count, dt);
+      return braid__fail(c, BRAID_ERR_MISMATCH, "%s", text);
     }
     memcpy(buf, m->owned ? m->owned : m->data, count * braid_dtype_size(dt));
     remove_msg(s, link);

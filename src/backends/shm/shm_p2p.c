@@ -67,17 +67,6 @@ struct shm_ctrl {
 
 static size_t rup64(size_t x) { return (x + 63) & ~(size_t)63; }
 
-static void describe(char *out, size_t len, size_t count, braid_dtype dt) {
-  snprintf(out, len, "%zu elements of %s (%zu bytes)", count, braid_dtype_name(dt), count * braid_dtype_size(dt));
-}
-
-static void mismatch_text(char *out, size_t len, int src, uint32_t tag, size_t mc, braid_dtype md, size_t rc,
-                          braid_dtype rd) {
-  char got[96], want[96];
-  describe(got, sizeof got, mc, md);
-  describe(want, sizeof want, rc, rd);
-  snprintf(out, len, "message from rank %d with tag %u has %s but the receive expects %s", src, tag, got, want);
-}
 
 static void defer(shm_state *s, braid_status st, const char *msg) {
   if (s->deferred) return;
@@ -162,7 +151,7 @@ static braid_status deliver(braid_comm *c, shm_state *s, int src, const shm_rec 
     }
     if (r->count != h->count || r->dt != (braid_dtype)h->dt) {
       char msg[320];
-      mismatch_text(msg, sizeof msg, src, h->tag, h->count, (braid_dtype)h->dt, r->count, r->dt);
+      braid__mismatch_text(msg, sizeof msg, src, h->tag, h->count, (braid_dtype)h->dt, r->count, r->dt);
       defer(s, BRAID_ERR_MISMATCH, msg);
       remove_recv(s, link);
       continue;
@@ -370,7 +359,7 @@ braid_status shm_p2p_recv(braid_comm *c, void *buf, size_t count, braid_dtype dt
     if (u->src != src || u->tag != tag) continue;
     if (u->count != count || u->dt != dt) {
       char msg[320];
-      mismatch_text(msg, sizeof msg, src, tag, u->count, u->dt, count, dt);
+      braid__mismatch_text(msg, sizeof msg, src, tag, u->count, u->dt, count, dt);
       return braid__fail(c, BRAID_ERR_MISMATCH, "%s", msg);
     }
     *link = u->next;

@@ -488,6 +488,57 @@ static int test_split(void) {
   return 0;
 }
 
+/* ---------------------------------------------------------------- drift */
+
+/* Small broadcasts do not wait for the whole group, so ranks drift apart by
+   many calls. Mixed with collectives that do wait (and reuse slots by
+   parity) and with streamed ones, every result must still be exact. One
+   rank at a time stalls now and then, so everyone is at times far behind or
+   far ahead; a root also runs well past the ring's length while the others
+   sleep. */
+static int body_drift(braid_comm *c, int rank, int n, void *arg) {
+  (void)arg;
+  enum { BIG = 40000 };
+  uint32_t *a = malloc(BIG * sizeof *a * (size_t)n), *g = malloc(BIG * sizeof *g * (size_t)n);
+  BT_CHECK(a && g, "oom");
+  uint64_t x = 0x9e3779b97f4a7c15ULL; /* same sequence on every rank */
+  for (int it = 0; it < 3000; it++) {
+    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    int kind = (int)((x >> 33) % 10), root = (int)((x >> 45) % (uint64_t)n);
+    size_t cnt = 1 + (size_t)((x >> 20) % 900);
+    if ((x >> 12) % 97 == 0) cnt = BIG; /* now and then a streamed size */
+    if ((int)((x >> 50) % (uint64_t)n) == rank && (x >> 8) % 23 == 0) usleep(2000);
+    if (it >= 100 && it < 300) root = 0;
+    if (it == 100 && rank != 0) usleep(100000); /* rank 0 runs ahead */
+    if (kind < 6 || (it >= 100 && it < 300)) {
+      for (size_t i = 0; i < cnt; i++) a[i] = rank == root ? (uint32_t)(it * 7919u + i) : 0xdeadbeefu;
+      BT_CHECK_OK(braid_broadcast(c, a, cnt, BRAID_U32, root), c);
+      for (size_t i = 0; i < cnt; i++)
+        BT_CHECK(a[i] == (uint32_t)(it * 7919u + i), "iteration %d: broadcast of %zu from %d, element %zu wrong", it,
+                 cnt, root, i);
+    } else if (kind < 8) {
+      for (size_t i = 0; i < cnt; i++) a[i] = (uint32_t)(rank + 1) * (uint32_t)(it + i);
+      BT_CHECK_OK(braid_all_reduce(c, a, cnt, BRAID_U32, BRAID_SUM), c);
+      uint32_t tri = (uint32_t)(n * (n + 1) / 2);
+      for (size_t i = 0; i < cnt; i++)
+        BT_CHECK(a[i] == tri * (uint32_t)(it + i), "iteration %d: all-reduce element %zu wrong", it, i);
+    } else if (kind < 9) {
+      for (size_t i = 0; i < cnt; i++) a[i] = (uint32_t)(rank * 100003 + it + i);
+      BT_CHECK_OK(braid_all_gather(c, a, g, cnt, BRAID_U32), c);
+      for (int q = 0; q < n; q++)
+        for (size_t i = 0; i < cnt; i++)
+          BT_CHECK(g[(size_t)q * cnt + i] == (uint32_t)(q * 100003 + it + i), "iteration %d: all-gather wrong", it);
+    } else {
+      BT_CHECK_OK(braid_barrier(c), c);
+    }
+  }
+  free(a);
+  free(g);
+  return 0;
+}
+
+static int test_drift(void) { return run(2, body_drift, NULL) || run(3, body_drift, NULL) || run(4, body_drift, NULL); }
+
 /* ---------------------------------------------------------------- point to point */
 
 static int body_ring(braid_comm *c, int rank, int n, void *arg) {
@@ -725,6 +776,7 @@ static const bt_case cases[] = {
     {"p2p_ring", test_p2p_ring, 200},     {"p2p_alltoall", test_p2p_alltoall, 120},
     {"p2p_ordered", test_p2p_ordered, 120}, {"p2p_mismatch", test_p2p_mismatch, 120},
     {"kill_peer", test_kill_peer, 200},   {"timeout", test_timeout, 60},
+    {"drift", test_drift, 200},
 };
 
 int main(int argc, char **argv) { return bt_main(argc, argv, cases, BT_COUNT(cases)); }

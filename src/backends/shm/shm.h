@@ -18,6 +18,7 @@
 #define SHM_RING_BYTES (64u << 10)             /* per ordered pair of ranks */
 #define SHM_EAGER_MAX (8u << 10)               /* larger sends go by rendezvous */
 #define SHM_FRAG (16u << 10)                   /* data fragment when streaming through a ring */
+#define SHM_BRING 64u                          /* entries of the small-broadcast ring */
 
 /* Failure kinds published in the segment so every rank stops waiting. */
 enum { SHM_FAIL_DIED = 1, SHM_FAIL_ABORTED = 2, SHM_FAIL_FAILED = 3 };
@@ -27,7 +28,7 @@ typedef struct shm_hdr {
   uint32_t n;
   int32_t creator_pid;
   uint64_t total, staging;
-  uint64_t off_ctl, off_slots, off_staging, off_rings;
+  uint64_t off_ctl, off_slots, off_bring, off_staging, off_rings;
   _Alignas(SHM_CL) _Atomic uint32_t attached;
   _Atomic uint32_t unlinked;
   _Alignas(SHM_CL) _Atomic uint64_t fail; /* kind << 48 | origin << 24 | peer */
@@ -37,6 +38,7 @@ typedef struct shm_hdr {
    publishes), the sleep doorbell, and rarely written identity. */
 typedef struct shm_ctl {
   _Alignas(SHM_CL) _Atomic uint64_t flag;
+  _Atomic uint64_t bcast_done; /* small broadcasts this rank has finished */
   uint64_t addr[2];
   _Alignas(SHM_CL) _Atomic uint32_t futex;
   _Atomic uint32_t sleeping;
@@ -69,7 +71,8 @@ typedef struct shm_state {
   pid_t *pids;
   int *pidfds;         /* -1 where pidfd_open is unavailable */
   uint64_t ph;         /* my phase flag value */
-  uint64_t cseq;       /* collectives run (slot parity) */
+  uint64_t cseq;       /* flat exchanges run (slot parity) */
+  uint64_t bseq;       /* small broadcasts run (ring entry) */
   uint64_t round;      /* staging rounds run (staging-half parity) */
   unsigned spin_limit;
   double yield_s;

@@ -164,7 +164,16 @@ braid_status braid__bootstrap_world(braid_comm *c, const braid__launch_env *env,
       return braid__fail(c, st, "%s", err);
     }
   }
-  if (env->store_owner == BRAID__STORE_NONE) {
+  if (env->store_owner != BRAID__STORE_NONE && c->size == 1) {
+    /* One rank meets no one: hosting or dialling a store would only add ways
+       to fail (a busy port, an unreachable host) and delay. */
+    char where[BRAID__ENV_HOST_MAX + 16];
+    hostport(env->store_host, env->store_port, where, sizeof where);
+    BLOG_INFO(BRAID_SUB_BOOT, c->rank, "world size 1: no rendezvous needed, so the store at %s (from %s) is not used",
+              where, env->store_from);
+    b->env.store_owner = BRAID__STORE_NONE;
+  }
+  if (b->env.store_owner == BRAID__STORE_NONE) {
     if (c->size > 1) {
       free_boot(b);
       return braid__fail(c, BRAID_ERR_BOOTSTRAP,
@@ -220,8 +229,11 @@ braid_status braid__bootstrap_world(braid_comm *c, const braid__launch_env *env,
   st = braid__store_connect(env->store_host, env->store_port, tok, toklen, deadline, &b->store, err, sizeof err);
   if (st) {
     free_boot(b);
-    return braid__fail(c, BRAID_ERR_BOOTSTRAP, "could not reach the store at %s (from %s) within %g s: %s%s", where,
+    /* When rank 0 hosts the store, nothing at all answering means rank 0 is the one missing. */
+    int rank0_missing = st == BRAID_ERR_TIMEOUT && env->store_owner == BRAID__STORE_RANK0 && c->rank != 0;
+    return braid__fail(c, BRAID_ERR_BOOTSTRAP, "could not reach the store at %s (from %s) within %g s: %s%s%s", where,
                        env->store_from, env->init_timeout_s, err[0] ? err : braid_status_string(st),
+                       rank0_missing ? "; rank 0 hosts that store and has not started it (missing rank 0)" : "",
                        loopback_only_hint(env)
                            ? "; without BRAID_TOKEN the store accepts loopback connections only"
                            : "");

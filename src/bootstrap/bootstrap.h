@@ -24,7 +24,7 @@ typedef struct braid__boot_shared braid__boot_shared;
 
 typedef struct braid__boot {
   braid__launch_env env;               /* what the launcher said (rank/size of the world) */
-  braid__store *store;          /* NULL when there is none (world size 1 without an address) */
+  braid__store *store;          /* NULL when there is none (world size 1) */
   braid__boot_shared *shared;   /* NULL without a store */
   int hosting;                  /* this process hosts the store (rank 0 when the convention says so) */
   char prefix[BRAID__STORE_MAX_KEY / 2]; /* this communicator's namespace, already set on store */
@@ -38,9 +38,10 @@ typedef struct braid__boot {
  * World bootstrap, called by braid_init with c->rank/c->size/c->call set and
  * env detected. With a store address: rank 0 starts the server when the
  * convention says it hosts it, every rank connects and registers, and all
- * wait for each other until env->init_timeout_s. Without one (world size 1)
- * *out gets a boot with store NULL. BRAID_IFNAME/BRAID_ADDR are checked here
- * so a wrong interface fails at once.
+ * wait for each other until env->init_timeout_s. World size 1 needs no
+ * rendezvous: *out gets a boot with store NULL (and env.store_owner NONE)
+ * even when an address is configured, and nothing is hosted or dialled.
+ * BRAID_IFNAME/BRAID_ADDR are checked here so a wrong interface fails at once.
  *
  * Errors are recorded on c with braid__fail and are BRAID_ERR_BOOTSTRAP,
  * including a rendezvous that ran out of time:

@@ -28,7 +28,8 @@ typedef struct convention {
 } convention;
 
 /* In the order of precedence: the first convention whose rank or size variable
-   is set is the one in use (braidrun started under Slurm is still braidrun). */
+   is set is the one in use (braidrun started under Slurm is still braidrun).
+   Slurm counts only inside a job step started by srun: see slurm_in_step. */
 static const convention conventions[] = {
     {"braidrun", "braidrun", "BRAID_RANK", "BRAID_WORLD_SIZE", "BRAID_LOCAL_RANK", "BRAID_LOCAL_SIZE", 0},
     {"torchrun", "torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", 1},
@@ -179,10 +180,40 @@ static void set_job_id(braid__launch_env *e, const char *a, const char *b) {
   e->job_id[i] = 0;
 }
 
-/* Slurm has no local-size variable; SLURM_TASKS_PER_NODE ("2(x3),1") with
-   SLURM_NODEID gives it. -1 when either is missing or malformed. */
+/* A batch script (sbatch) and an allocation's shell (salloc) carry
+   SLURM_PROCID=0 and the job's SLURM_NTASKS too, yet only one process runs
+   there: waiting for SLURM_NTASKS ranks would end only at the init timeout.
+   srun sets SLURM_STEP_ID (SLURM_STEPID on old versions) for the tasks of a
+   step; the batch and interactive steps have none. */
+static int slurm_in_step(const reader *r) { return get(r, "SLURM_STEP_ID") || get(r, "SLURM_STEPID"); }
+
+/* mpirun / mpiexec inside an allocation start their daemons with srun, so
+   the ranks inherit the daemon step's SLURM_PROCID (a node index). Open MPI's
+   own variables then win; PMI's when they disagree with Slurm's (srun's PMI
+   plugins set both, consistently). */
+static int mpi_under_slurm(const reader *r) {
+  if (get(r, "OMPI_COMM_WORLD_RANK")) return 1;
+  const char *pr = get(r, "PMI_RANK"), *sr = get(r, "SLURM_PROCID");
+  return pr && sr && strcmp(pr, sr) != 0;
+}
+
+/* The step's task count first: SLURM_NTASKS is the job's under srun
+   --preserve-env, and old versions only set SLURM_NPROCS. */
+static const char *slurm_size_var(const reader *r) {
+  if (get(r, "SLURM_STEP_NUM_TASKS")) return "SLURM_STEP_NUM_TASKS";
+  if (!get(r, "SLURM_NTASKS") && get(r, "SLURM_NPROCS")) return "SLURM_NPROCS";
+  return "SLURM_NTASKS";
+}
+
+static const char *slurm_tpn_var(const reader *r) {
+  return get(r, "SLURM_STEP_TASKS_PER_NODE") ? "SLURM_STEP_TASKS_PER_NODE" : "SLURM_TASKS_PER_NODE";
+}
+
+/* Slurm has no local-size variable; the step's tasks per node ("2(x3),1") with
+   SLURM_NODEID (relative to the step's nodes) give it. -1 when either is
+   missing or malformed. */
 static int slurm_local_size(const reader *r) {
-  const char *tpn = get(r, "SLURM_TASKS_PER_NODE"), *nid = get(r, "SLURM_NODEID");
+  const char *tpn = get(r, slurm_tpn_var(r)), *nid = get(r, "SLURM_NODEID");
   long node;
   if (!tpn || !nid || parse_long(nid, 0, MAX_RANKS, &node)) return -1;
   const char *p = tpn;
@@ -291,7 +322,7 @@ static braid_status detect_job_id(const reader *r, const convention *cv, braid__
   else if (!strcmp(cv->name, "torchrun") && (v = get(r, "TORCHELASTIC_RUN_ID")))
     set_job_id(e, "torchrun", v);
   else if (!strcmp(cv->name, "slurm") && (v = get(r, "SLURM_JOB_ID")))
-    set_job_id(e, v, get(r, "SLURM_STEP_ID"));
+    set_job_id(e, v, get(r, "SLURM_STEP_ID") ? get(r, "SLURM_STEP_ID") : get(r, "SLURM_STEPID"));
   else if ((!strcmp(cv->name, "openmpi") || !strcmp(cv->name, "pmi")) && (v = get(r, "PMIX_NAMESPACE")))
     set_job_id(e, v, NULL);
   else if (!strcmp(cv->name, "openmpi") && (v = get(r, "OMPI_MCA_ess_base_jobid")))
@@ -362,32 +393,52 @@ braid_status braid__env_detect(braid__getenv_fn fn, void *ctx, const braid__env_
   if (cfg_rank && cfg_size) {
     cv = &generic; /* the application said it all; launcher variables do not apply */
   } else {
-    for (size_t i = 0; i < sizeof conventions / sizeof conventions[0] && !cv; i++)
-      if (get(r, conventions[i].rank) || get(r, conventions[i].size)) cv = &conventions[i];
+    for (size_t i = 0; i < sizeof conventions / sizeof conventions[0] && !cv; i++) {
+      const convention *k = &conventions[i];
+      int slurm = !strcmp(k->name, "slurm");
+      if (!get(r, k->rank) && !get(r, k->size) && !(slurm && get(r, "SLURM_STEP_NUM_TASKS"))) continue;
+      if (slurm && !slurm_in_step(r)) {
+        const char *sv = slurm_size_var(r), *pid = get(r, "SLURM_PROCID"), *nt = get(r, sv);
+        char set[160];
+        if (pid && nt)
+          snprintf(set, sizeof set, "SLURM_PROCID=%.16s and %s=%.16s are", pid, sv, nt);
+        else
+          snprintf(set, sizeof set, "%s=%.16s is", pid ? "SLURM_PROCID" : sv, pid ? pid : nt);
+        snprintf(e->note, sizeof e->note,
+                 "Slurm variables ignored: %s set but SLURM_STEP_ID is not, so this process runs in a batch "
+                 "script or an allocation's shell, not as a task started by srun; start the ranks with srun",
+                 set);
+        continue;
+      }
+      if (slurm && mpi_under_slurm(r)) {
+        snprintf(e->note, sizeof e->note,
+                 "Slurm variables ignored: this process was started by an MPI launcher inside a Slurm step "
+                 "(its rank differs from SLURM_PROCID, which numbers the launcher's daemons)");
+        continue;
+      }
+      cv = k;
+    }
   }
   e->convention = cv ? cv->name : "none";
   const char *trigger = NULL; /* the variable that selected the convention, for messages */
+  int is_slurm = cv && !strcmp(cv->name, "slurm");
+  const char *size_var = is_slurm ? slurm_size_var(r) : cv ? cv->size : NULL;
 
   if (cv && cv != &generic) {
     int have_rank = 0, have_size = 0;
     if (!cfg_rank && (st = env_int(r, cv->rank, 0, MAX_RANKS - 1, &e->rank, &have_rank, err, errlen))) return st;
-    if (!cfg_size && (st = env_int(r, cv->size, 1, MAX_RANKS, &e->world_size, &have_size, err, errlen)))
+    if (!cfg_size && (st = env_int(r, size_var, 1, MAX_RANKS, &e->world_size, &have_size, err, errlen)))
       return st;
-    trigger = get(r, cv->rank) ? cv->rank : cv->size;
+    trigger = get(r, cv->rank) ? cv->rank : size_var;
     if (!cfg_rank && !have_rank)
-      return fail(BRAID_ERR_BOOTSTRAP, err, errlen, "%s is set but %s is missing (%s convention)", cv->size,
+      return fail(BRAID_ERR_BOOTSTRAP, err, errlen, "%s is set but %s is missing (%s convention)", size_var,
                   cv->rank, cv->label);
     if (!cfg_size && !have_size) {
-      /* Old Slurm versions only set SLURM_NPROCS. */
-      const char *np = !strcmp(cv->name, "slurm") ? get(r, "SLURM_NPROCS") : NULL;
-      long x;
-      if (!np)
-        return fail(BRAID_ERR_BOOTSTRAP, err, errlen, "%s is set but %s is missing (%s convention)", cv->rank,
-                    cv->size, cv->label);
-      if (parse_long(np, 1, MAX_RANKS, &x))
-        return fail(BRAID_ERR_BOOTSTRAP, err, errlen, "SLURM_NPROCS=\"%s\" is not an integer in [1, %d]", np,
-                    MAX_RANKS);
-      e->world_size = (int)x;
+      if (is_slurm)
+        return fail(BRAID_ERR_BOOTSTRAP, err, errlen,
+                    "%s is set but SLURM_STEP_NUM_TASKS and SLURM_NTASKS are missing (Slurm convention)", cv->rank);
+      return fail(BRAID_ERR_BOOTSTRAP, err, errlen, "%s is set but %s is missing (%s convention)", cv->rank,
+                  size_var, cv->label);
     }
   }
   if (cfg_rank) e->rank = ov->rank;
@@ -402,7 +453,7 @@ braid_status braid__env_detect(braid__getenv_fn fn, void *ctx, const braid__env_
                                        : (cfg_rank ? "cfg->rank against the environment's world size"
                                                    : "the environment's rank against cfg->world_size"));
     return fail(BRAID_ERR_BOOTSTRAP, err, errlen, "rank %d out of range for world size %d: %s=%d is not below %s=%d",
-                e->rank, e->world_size, cv->rank, e->rank, cv->size, e->world_size);
+                e->rank, e->world_size, cv->rank, e->rank, size_var, e->world_size);
   }
 
   /* Local rank and size: a pair (Slurm has no size variable; it is derived). */
@@ -428,7 +479,7 @@ braid_status braid__env_detect(braid__getenv_fn fn, void *ctx, const braid__env_
     int from_cfg = ov->local_rank >= 0 || ov->local_size >= 0;
     braid_status bad = from_cfg ? BRAID_ERR_INVALID_ARG : BRAID_ERR_BOOTSTRAP;
     const char *lr = from_cfg ? "cfg->local_rank" : lc->lrank;
-    const char *ls = from_cfg ? "cfg->local_size" : (lc->lsize ? lc->lsize : "SLURM_TASKS_PER_NODE");
+    const char *ls = from_cfg ? "cfg->local_size" : (lc->lsize ? lc->lsize : slurm_tpn_var(r));
     if (e->local_size == 0 && from_cfg)
       return fail(bad, err, errlen, "cfg->local_size 0 must be at least 1");
     if (e->local_size > 0 && e->local_rank >= e->local_size)
@@ -466,6 +517,7 @@ void braid__env_describe(const braid__launch_env *e, char *buf, size_t len) {
     snprintf(store, sizeof store, "store %s%s%s:%d from %s, hosted by %s", strchr(e->store_host, ':') ? "[" : "",
              e->store_host, strchr(e->store_host, ':') ? "]" : "", e->store_port, e->store_from,
              e->store_owner == BRAID__STORE_EXTERNAL ? "the launcher" : "rank 0");
-  snprintf(buf, len, "rank %d of %d%s, %s, %s%s%s", e->rank, e->world_size, local, store,
-           e->has_token ? "token set" : "no token", e->job_id[0] ? ", job " : "", e->job_id);
+  snprintf(buf, len, "rank %d of %d%s, %s, %s%s%s%s%s", e->rank, e->world_size, local, store,
+           e->has_token ? "token set" : "no token", e->job_id[0] ? ", job " : "", e->job_id, e->note[0] ? "; " : "",
+           e->note);
 }

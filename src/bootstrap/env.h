@@ -8,8 +8,12 @@
  *   braidrun  BRAID_RANK BRAID_WORLD_SIZE [BRAID_LOCAL_RANK BRAID_LOCAL_SIZE]
  *             BRAID_STORE BRAID_TOKEN
  *   torchrun  RANK WORLD_SIZE [LOCAL_RANK LOCAL_WORLD_SIZE] MASTER_ADDR MASTER_PORT
- *   slurm     SLURM_PROCID SLURM_NTASKS [SLURM_LOCALID], store from BRAID_STORE
- *             or MASTER_ADDR/MASTER_PORT
+ *   slurm     SLURM_PROCID, SLURM_STEP_NUM_TASKS (else SLURM_NTASKS, SLURM_NPROCS)
+ *             [SLURM_LOCALID], store from BRAID_STORE or MASTER_ADDR/MASTER_PORT;
+ *             only in a task srun started (SLURM_STEP_ID or SLURM_STEPID set):
+ *             a batch script or salloc shell has the variables but is one
+ *             process, so there they are ignored (note says so) and detection
+ *             goes on with the next convention
  *   openmpi   OMPI_COMM_WORLD_RANK OMPI_COMM_WORLD_SIZE [OMPI_COMM_WORLD_LOCAL_RANK
  *             OMPI_COMM_WORLD_LOCAL_SIZE], store as for slurm
  *   pmi       PMI_RANK PMI_SIZE [MPI_LOCALRANKID MPI_LOCALNRANKS], store as for slurm
@@ -56,6 +60,7 @@ typedef struct braid__launch_env {
   int port_lo, port_hi;            /* BRAID_PORT_RANGE; 0, 0: any free port */
   char ifname[64];                 /* BRAID_IFNAME, "" unset */
   char addr[BRAID__ENV_HOST_MAX];  /* BRAID_ADDR, "" unset */
+  char note[384];                  /* why present launcher variables were ignored, for logs; "" if none */
 } braid__launch_env;
 
 /* What braid_config sets explicitly; it takes precedence over the environment. */
@@ -83,7 +88,7 @@ braid_status braid__env_detect(braid__getenv_fn get, void *ctx, const braid__env
                                braid__launch_env *out, char *err, size_t errlen);
 
 /* One-line summary for logs: "rank 1 of 4 (local 1 of 2), store 10.0.0.1:29500
-   hosted by rank 0, token set, job 1234.0". */
+   hosted by rank 0, token set, job 1234.0", then "; <note>" when there is one. */
 void braid__env_describe(const braid__launch_env *e, char *buf, size_t len);
 
 /* "host:port" or "[v6addr]:port" with port 1..65535; 0 on success, -1 if malformed. */

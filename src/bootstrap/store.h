@@ -23,9 +23,14 @@
 typedef struct braid__store_server braid__store_server;
 typedef struct braid__store braid__store;
 
-/* Starts a server thread. host: address to bind ("0.0.0.0", "127.0.0.1", "::",
-   a name; NULL = all interfaces with a token, loopback without); port 0 picks
-   a free port. token NULL: loopback only (and the server logs that). */
+/* Starts a server thread listening on every address host resolves to
+   ("127.0.0.1", "localhost": 127.0.0.1 and ::1, "::", a name; NULL: all
+   interfaces, dual-stack where IPv6 is on). Without a token (NULL) it listens
+   on loopback only whatever host says: host's loopback addresses, else
+   127.0.0.1 and ::1; it logs that. port 0 picks a port free on every address.
+   An address already in use fails the start (BRAID_ERR_BOOTSTRAP, naming
+   address and port): the store never moves to another address or family,
+   where clients of the requested one would reach someone else's process. */
 braid_status braid__store_server_start(const char *host, int port, const uint8_t *token, size_t token_len,
                                        braid__store_server **out, char *err, size_t errlen);
 int braid__store_server_port(const braid__store_server *s);

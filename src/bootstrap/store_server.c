@@ -2,6 +2,7 @@
  * Store server: a socket-free core (key table, per-connection state machine,
  * parked GET/WAIT requests, time bounds) driven by one poll() thread.
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -29,6 +30,7 @@
 #define DEF_MAX_BYTES ((size_t)1 << 30)
 #define ENTRY_OVERHEAD 64 /* accounted per key so many tiny keys are bounded too */
 #define OUT_GATE (64u << 10) /* no new request runs while this much output is unsent */
+#define MAX_LISTEN 8         /* addresses one store listens on */
 
 /* ------------------------------------------------------------------------ */
 /* Key table                                                                 */
@@ -635,7 +637,7 @@ typedef struct slot {
 
 struct braid__store_server {
   pthread_t thread;
-  int lfd[2];
+  int lfd[MAX_LISTEN];
   int nl;
   int wake[2];
   atomic_int stop;
@@ -857,6 +859,163 @@ static int host_is_loopback(const char *host) {
   return all;
 }
 
+/* The addresses a store listens on, all with one port. */
+typedef struct bind_list {
+  struct sockaddr_storage addr[MAX_LISTEN];
+  socklen_t len[MAX_LISTEN];
+  int n;
+} bind_list;
+
+static void bind_add(bind_list *l, const struct sockaddr *sa, socklen_t len) {
+  for (int i = 0; i < l->n; i++)
+    if (l->len[i] == len && !memcmp(&l->addr[i], sa, len)) return;
+  if (l->n == MAX_LISTEN) return;
+  memset(&l->addr[l->n], 0, sizeof l->addr[l->n]);
+  memcpy(&l->addr[l->n], sa, len);
+  l->len[l->n++] = len;
+}
+
+static void bind_add_numeric(bind_list *l, const char *numeric) {
+  struct sockaddr_in a4;
+  struct sockaddr_in6 a6;
+  memset(&a4, 0, sizeof a4);
+  memset(&a6, 0, sizeof a6);
+  if (inet_pton(AF_INET, numeric, &a4.sin_addr) == 1) {
+    a4.sin_family = AF_INET;
+    bind_add(l, (struct sockaddr *)&a4, sizeof a4);
+  } else if (inet_pton(AF_INET6, numeric, &a6.sin6_addr) == 1) {
+    a6.sin6_family = AF_INET6;
+    bind_add(l, (struct sockaddr *)&a6, sizeof a6);
+  }
+}
+
+static void set_port(struct sockaddr_storage *ss, int port) {
+  if (ss->ss_family == AF_INET)
+    ((struct sockaddr_in *)ss)->sin_port = htons((uint16_t)port);
+  else
+    ((struct sockaddr_in6 *)ss)->sin6_port = htons((uint16_t)port);
+}
+
+/* This host cannot bind the address at all (not one of its addresses, or the
+   family is off): skipped. A port someone else holds is not such a case. */
+static int addr_unavailable(int e) { return e == EADDRNOTAVAIL || e == EAFNOSUPPORT || e == EPROTONOSUPPORT; }
+
+/* Returns 0 and *fd, or an errno value. */
+static int bind_listen(const struct sockaddr *sa, socklen_t len, int dual_stack, int *fd_out) {
+  int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_TCP);
+  if (fd < 0) return errno;
+  int one = 1, v6only = !dual_stack;
+  (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (sa->sa_family == AF_INET6) (void)setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, sizeof v6only);
+  if (bind(fd, sa, len) != 0 || listen(fd, 1024) != 0) {
+    int e = errno;
+    close(fd);
+    return e;
+  }
+  *fd_out = fd;
+  return 0;
+}
+
+static void listen_error(const struct sockaddr_storage *ss, int e, char *err, size_t errlen) {
+  char a[INET6_ADDRSTRLEN + 16];
+  braid__sock_addr_format((const struct sockaddr *)ss, a, sizeof a);
+  snprintf(err, errlen, "cannot listen on %s: %s%s", a, strerror(e),
+           e == EADDRINUSE ? " (another process holds that address and port)" : "");
+}
+
+/* Listens on every address of l with one port; port 0 picks one free on all of
+   them. A busy address fails the whole start: moving to another address or
+   family would leave clients of the requested one talking to whoever holds it. */
+static int listen_list(braid__store_server *s, bind_list *l, int port, char *err, size_t errlen) {
+  for (int attempt = 0; attempt < (port ? 1 : 16); attempt++) {
+    int p = port, retry = 0, last = EADDRNOTAVAIL, last_i = 0;
+    s->nl = 0;
+    for (int i = 0; i < l->n; i++) {
+      set_port(&l->addr[i], p);
+      int fd = -1;
+      int e = bind_listen((struct sockaddr *)&l->addr[i], l->len[i], 0, &fd);
+      if (e == 0) {
+        s->lfd[s->nl++] = fd;
+        if (!p) p = braid__sock_local_port(fd);
+        continue;
+      }
+      last = e;
+      last_i = i;
+      if (addr_unavailable(e)) continue;
+      if (e == EADDRINUSE && !port && s->nl) { /* the kernel's pick is taken in another family */
+        retry = 1;
+        break;
+      }
+      listen_error(&l->addr[i], e, err, errlen);
+      return -1;
+    }
+    if (retry) {
+      while (s->nl) close(s->lfd[--s->nl]);
+      continue;
+    }
+    if (!s->nl) {
+      if (l->n) {
+        set_port(&l->addr[last_i], p);
+        listen_error(&l->addr[last_i], last, err, errlen);
+      } else {
+        snprintf(err, errlen, "no address to listen on");
+      }
+      return -1;
+    }
+    return 0;
+  }
+  snprintf(err, errlen, "no port free on every loopback address after 16 tries");
+  return -1;
+}
+
+/* Every interface: one dual-stack IPv6 socket, or IPv4 where IPv6 is off. */
+static int listen_wildcard(braid__store_server *s, int port, char *err, size_t errlen) {
+  struct sockaddr_in6 a6;
+  memset(&a6, 0, sizeof a6);
+  a6.sin6_family = AF_INET6;
+  a6.sin6_addr = in6addr_any;
+  a6.sin6_port = htons((uint16_t)port);
+  int e = bind_listen((struct sockaddr *)&a6, sizeof a6, 1, &s->lfd[0]);
+  if (e == 0) {
+    s->nl = 1;
+    return 0;
+  }
+  if (!addr_unavailable(e)) {
+    snprintf(err, errlen, "cannot listen on [::]:%d (every interface): %s%s", port, strerror(e),
+             e == EADDRINUSE ? " (another process holds that port)" : "");
+    return -1;
+  }
+  struct sockaddr_in a4;
+  memset(&a4, 0, sizeof a4);
+  a4.sin_family = AF_INET;
+  a4.sin_addr.s_addr = htonl(INADDR_ANY);
+  a4.sin_port = htons((uint16_t)port);
+  e = bind_listen((struct sockaddr *)&a4, sizeof a4, 0, &s->lfd[0]);
+  if (e) {
+    snprintf(err, errlen, "cannot listen on 0.0.0.0:%d (every interface): %s%s", port, strerror(e),
+             e == EADDRINUSE ? " (another process holds that port)" : "");
+    return -1;
+  }
+  s->nl = 1;
+  return 0;
+}
+
+/* "127.0.0.1:5, [::1]:5" */
+static void listening_on(const braid__store_server *s, char *out, size_t len) {
+  size_t o = 0;
+  out[0] = 0;
+  for (int i = 0; i < s->nl && o < len; i++) {
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    char a[INET6_ADDRSTRLEN + 16] = "?";
+    if (getsockname(s->lfd[i], (struct sockaddr *)&ss, &sl) == 0)
+      braid__sock_addr_format((struct sockaddr *)&ss, a, sizeof a);
+    int k = snprintf(out + o, len - o, "%s%s", i ? ", " : "", a);
+    if (k < 0) break;
+    o += (size_t)k;
+  }
+}
+
 braid_status braid__store_server_start(const char *host, int port, const uint8_t *token, size_t token_len,
                                        braid__store_server **out, char *err, size_t errlen) {
   *out = NULL;
@@ -885,41 +1044,48 @@ braid_status braid__store_server_start(const char *host, int port, const uint8_t
     server_free(s);
     return BRAID_ERR_SYSTEM;
   }
-  char why[400];
-  if (token) {
-    if (braid__sock_listen(host, port, 1024, &s->lfd[0], why, sizeof why) != 0) {
-      snprintf(err, errlen, "store server: %s", why);
+  char why[400] = "";
+  int rc;
+  if (token && !host) {
+    rc = listen_wildcard(s, port, why, sizeof why);
+  } else if (token || (host && host_is_loopback(host))) {
+    /* Every address of the name ("localhost": both loopbacks); none may be someone else's. */
+    bind_list l = {.n = 0};
+    struct addrinfo *res = NULL;
+    int g = braid__sock_resolve(host, 0, 1, &res);
+    if (g != 0) {
+      snprintf(err, errlen, "store server: cannot listen on %s: %s", host, gai_strerror(g));
       server_free(s);
       return BRAID_ERR_BOOTSTRAP;
     }
-    s->nl = 1;
+    for (struct addrinfo *ai = res; ai; ai = ai->ai_next)
+      if (ai->ai_family == AF_INET || ai->ai_family == AF_INET6) bind_add(&l, ai->ai_addr, ai->ai_addrlen);
+    freeaddrinfo(res);
+    rc = listen_list(s, &l, port, why, sizeof why);
   } else {
     /* Without a token anyone who can reach the port could join: loopback only. */
-    if (host && !host_is_loopback(host))
+    if (host)
       BLOG_WARN(BRAID_SUB_BOOT, -1,
                 "store: no job token, so listening on loopback only instead of %s (set BRAID_TOKEN to accept "
                 "other hosts)",
                 host);
-    if (braid__sock_listen("127.0.0.1", port, 1024, &s->lfd[0], why, sizeof why) == 0) {
-      s->nl = 1;
-      int p = braid__sock_local_port(s->lfd[0]);
-      char why6[400];
-      if (braid__sock_listen("::1", p, 1024, &s->lfd[1], why6, sizeof why6) == 0) s->nl = 2;
-    } else if (braid__sock_listen("::1", port, 1024, &s->lfd[0], why, sizeof why) == 0) {
-      s->nl = 1;
-    } else {
-      snprintf(err, errlen, "store server: %s", why);
-      server_free(s);
-      return BRAID_ERR_BOOTSTRAP;
-    }
+    bind_list l = {.n = 0};
+    bind_add_numeric(&l, "127.0.0.1");
+    bind_add_numeric(&l, "::1");
+    rc = listen_list(s, &l, port, why, sizeof why);
+  }
+  if (rc != 0) {
+    snprintf(err, errlen, "store server: %s", why);
+    server_free(s);
+    return BRAID_ERR_BOOTSTRAP;
   }
   s->port = braid__sock_local_port(s->lfd[0]);
+  char on[400];
+  listening_on(s, on, sizeof on);
   if (token)
-    BLOG_INFO(BRAID_SUB_BOOT, -1, "store: listening on %s port %d (job token required)", host ? host : "*",
-              s->port);
+    BLOG_INFO(BRAID_SUB_BOOT, -1, "store: listening on %s (job token required)", on);
   else
-    BLOG_INFO(BRAID_SUB_BOOT, -1, "store: listening on loopback port %d; no job token, loopback clients only",
-              s->port);
+    BLOG_INFO(BRAID_SUB_BOOT, -1, "store: listening on %s; no job token, so loopback clients only", on);
   int e = pthread_create(&s->thread, NULL, server_main, s);
   if (e != 0) {
     snprintf(err, errlen, "store server: cannot start its thread: %s", strerror(e));

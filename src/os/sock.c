@@ -153,66 +153,6 @@ int braid__sock_connect(const char *host, int port, double deadline, int *fd_out
   return last;
 }
 
-static int listen_on(const struct addrinfo *ai, int backlog, int v6only, int *fd_out) {
-  int fd = new_socket(ai->ai_family);
-  if (fd < 0) return errno;
-  int one = 1;
-  (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  if (ai->ai_family == AF_INET6) (void)setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, sizeof v6only);
-  if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, backlog) != 0) {
-    int e = errno;
-    close(fd);
-    return e;
-  }
-  *fd_out = fd;
-  return 0;
-}
-
-int braid__sock_listen(const char *host, int port, int backlog, int *fd_out, char *err, size_t errlen) {
-  char hp[300];
-  braid__sock_hostport(host ? host : "*", port, hp, sizeof hp);
-  if (port < 0 || port > 65535) {
-    snprintf(err, errlen, "cannot listen on %s: port out of range", hp);
-    return -1;
-  }
-  struct addrinfo *res = NULL;
-  int g;
-  if (!host) {
-    /* Wildcard: one dual-stack IPv6 socket serves both families. */
-    struct addrinfo hints;
-    memset(&hints, 0, sizeof hints);
-    hints.ai_family = AF_INET6;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-    char serv[16];
-    snprintf(serv, sizeof serv, "%d", port);
-    if (getaddrinfo(NULL, serv, &hints, &res) == 0) {
-      int e = listen_on(res, backlog, 0, fd_out);
-      freeaddrinfo(res);
-      if (e == 0) return 0;
-    }
-    hints.ai_family = AF_INET;
-    g = getaddrinfo(NULL, serv, &hints, &res);
-  } else {
-    g = braid__sock_resolve(host, port, 1, &res);
-  }
-  if (g != 0) {
-    snprintf(err, errlen, "cannot listen on %s: %s", hp, gai_strerror(g));
-    return -1;
-  }
-  int last = EADDRNOTAVAIL;
-  for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
-    last = listen_on(ai, backlog, 1, fd_out);
-    if (last == 0) break;
-  }
-  freeaddrinfo(res);
-  if (last != 0) {
-    snprintf(err, errlen, "cannot listen on %s: %s", hp, strerror(last));
-    return -1;
-  }
-  return 0;
-}
-
 /* Waits for fd to be ready after EAGAIN; maps the outcome to a result code. */
 static int wait_ready(int fd, short events, double deadline) {
   short rev = 0;

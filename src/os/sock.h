@@ -46,10 +46,6 @@ int braid__sock_connect_addr(const struct sockaddr *sa, socklen_t salen, double 
    EAI_* code, made negative if it is not already (glibc's are). why (may be
    NULL) receives a description of the last failure. */
 int braid__sock_connect(const char *host, int port, double deadline, int *fd, char *why, size_t whylen);
-/* Bound, listening, non-blocking, CLOEXEC socket with SO_REUSEADDR. host
-   NULL: all interfaces (IPv6 dual-stack when available, else IPv4). port 0
-   picks a free port. Returns 0 and *fd, else -1 with a sentence in err. */
-int braid__sock_listen(const char *host, int port, int backlog, int *fd, char *err, size_t errlen);
 
 /* Whole-buffer transfers; they work on blocking and non-blocking sockets. */
 int braid__sock_write_full(int fd, const void *buf, size_t len, double deadline);

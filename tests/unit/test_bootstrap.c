@@ -1,6 +1,8 @@
 /* The bootstrap layer on forked processes: rank 0 hosting the store, an
    external store, a rank that never starts (the timeout message), two jobs on
-   one store, a busy store port, an unreachable store, split namespaces. */
+   one store, a busy store port, an unreachable store, split namespaces, and a
+   world of one, which needs no store at all. */
+#include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +11,7 @@
 #include "bootstrap/bootstrap.h"
 #include "core/comm.h"
 #include "harness.h"
+#include "os/sock.h"
 #include "os/time.h"
 
 /* A communicator shell: what bootstrap needs (rank, size, id, error state). */
@@ -249,6 +252,8 @@ static int test_store_unreachable(void) {
   /* Rank 1 alone: rank 0, who would host, never starts. */
   job j = {2, port, NULL, NULL, 0, "1", NULL, -1, -1, want};
   BT_CHECK(run(&j, 1, 20) == 0, "unreachable store");
+  j.expect = "; rank 0 hosts that store and has not started it (missing rank 0)";
+  BT_CHECK(run(&j, 1, 20) == 0, "names the missing rank");
   return 0;
 }
 
@@ -258,11 +263,86 @@ static int test_bad_ifname_fails_at_once(void) {
   return 0;
 }
 
+/* World size 1 meets no one: a configured store is neither hosted nor dialled. */
+static int test_world_of_one(void) {
+  int busy, port;
+  char err[256];
+  /* Rank 0 would host on a busy port. */
+  BT_CHECK(braid__listen_range("127.0.0.1", 0, 0, 0, 1, &busy, &port, err, sizeof err) == BRAID_OK, "%s", err);
+  job j = {1, port, "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff", NULL, 0, "20", NULL, -1, 0,
+           NULL};
+  braid_comm *c = NULL;
+  BT_CHECK(boot_rank(&j, 0, &c) == BRAID_OK, "busy store port: %s", c ? c->last_error : "detection failed");
+  braid__boot *b = c->boot;
+  BT_CHECK(b && !b->store && !b->shared && !b->hosting, "no store for one rank");
+  BT_CHECK(b->env.store_owner == BRAID__STORE_NONE, "store owner %d", (int)b->env.store_owner);
+  BT_CHECK(b->rank == 0 && b->size == 1 && b->local_rank == 0 && b->local_size == 1, "local %d of %d",
+           b->local_rank, b->local_size);
+  /* Split children and data-plane listeners work without a store. */
+  braid_comm *child = shell(0, 1, 0x77);
+  child->call = "braid_split";
+  BT_CHECK(braid__bootstrap_split(c, child) == BRAID_OK, "split: %s", child->last_error);
+  BT_CHECK(child->boot && !child->boot->store, "child without store");
+  braid__listener l;
+  BT_CHECK(braid__listen_dataplane(child->boot, 4, &l, err, sizeof err) == BRAID_OK && l.port > 0, "%s", err);
+  close(l.fd);
+  braid__bootstrap_free(child, 10.0);
+  shell_free(child);
+  braid__bootstrap_free(c, 10.0);
+  shell_free(c);
+  close(busy);
+
+  /* Nothing listens where rank 0 would have hosted. */
+  j.port = free_port();
+  j.token_hex = NULL;
+  BT_CHECK(boot_rank(&j, 0, &c) == BRAID_OK, "free port: %s", c ? c->last_error : "detection failed");
+  int fd = -1;
+  char why[256];
+  int r = braid__sock_connect("127.0.0.1", j.port, braid__deadline(2), &fd, why, sizeof why);
+  if (r == 0) close(fd);
+  BT_CHECK(r == ECONNREFUSED, "something listens on %d: %s", j.port, r ? why : "accepted");
+  braid__bootstrap_free(c, 10.0);
+  shell_free(c);
+
+  /* An external store that is not there: no 20 s of connect retries. */
+  job k = {1, free_port(), NULL, "solo", 1, "20", NULL, -1, 0, NULL};
+  double t0 = braid__now();
+  BT_CHECK(boot_rank(&k, 0, &c) == BRAID_OK, "absent external store: %s", c ? c->last_error : "detection failed");
+  BT_CHECK(braid__now() - t0 < 2, "took %.2f s", braid__now() - t0);
+  braid__bootstrap_free(c, 10.0);
+  shell_free(c);
+
+  /* Through braid_init: torchrun variables naming a busy port, the shm backend, a split. */
+  BT_CHECK(braid__listen_range("127.0.0.1", 0, 0, 0, 1, &busy, &port, err, sizeof err) == BRAID_OK, "%s", err);
+  char ps[16];
+  snprintf(ps, sizeof ps, "%d", port);
+  const char *launcher_vars[] = {"BRAID_RANK", "BRAID_WORLD_SIZE", "BRAID_STORE", "BRAID_STORE_EXTERNAL",
+                                 "BRAID_TOKEN", "BRAID_LOCAL_RANK", "BRAID_LOCAL_SIZE"};
+  for (size_t i = 0; i < BT_COUNT(launcher_vars); i++) unsetenv(launcher_vars[i]);
+  setenv("RANK", "0", 1);
+  setenv("WORLD_SIZE", "1", 1);
+  setenv("MASTER_ADDR", "127.0.0.1", 1);
+  setenv("MASTER_PORT", ps, 1);
+  setenv("BRAID_BACKEND", "shm", 1);
+  braid_comm *w = NULL, *sub = NULL;
+  BT_CHECK_OK(braid_init(NULL, &w), NULL);
+  float x[4] = {1, 2, 3, 4};
+  BT_CHECK_OK(braid_all_reduce(w, x, 4, BRAID_F32, BRAID_SUM), w);
+  BT_CHECK(x[0] == 1 && x[3] == 4, "sum over one rank");
+  BT_CHECK_OK(braid_split(w, 0, 0, &sub), w);
+  BT_CHECK(sub && braid_rank(sub) == 0, "split child");
+  BT_CHECK_OK(braid_all_reduce(sub, x, 4, BRAID_F32, BRAID_SUM), sub);
+  BT_CHECK_OK(braid_destroy(sub), NULL);
+  BT_CHECK_OK(braid_destroy(w), NULL);
+  close(busy);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   static const bt_case cases[] = {
       BT_CASE(test_rank0_hosts),        BT_CASE(test_external_store),  BT_CASE(test_missing_rank_times_out),
       BT_CASE(test_two_jobs_one_store), BT_CASE(test_store_port_busy), BT_CASE(test_store_unreachable),
-      BT_CASE(test_bad_ifname_fails_at_once),
+      BT_CASE(test_bad_ifname_fails_at_once), BT_CASE(test_world_of_one),
   };
   return bt_main(argc, argv, cases, BT_COUNT(cases));
 }

@@ -12,6 +12,7 @@
 #include "bootstrap/bootstrap.h"
 #include "bootstrap/env.h"
 #include "harness.h"
+#include "os/time.h"
 
 #define TOKEN_HEX "00112233445566778899aabbccddeeff00112233445566778899AABBCCDDEEFF"
 
@@ -165,6 +166,7 @@ static int test_torchrun(void) {
 }
 
 static int test_slurm(void) {
+  /* A task srun started: SLURM_STEP_ID is set. */
   EXPECT_OK(DETECT(REQ, "SLURM_PROCID=5", "SLURM_NTASKS=8", "SLURM_LOCALID=1", "SLURM_TASKS_PER_NODE=2(x2),3,1",
                    "SLURM_NODEID=2", "BRAID_STORE=node1:29500", "SLURM_JOB_ID=77", "SLURM_STEP_ID=0"));
   BT_CHECK(!strcmp(env.convention, "slurm"), "convention %s", env.convention);
@@ -172,16 +174,82 @@ static int test_slurm(void) {
            "layout %d/%d local %d/%d", env.rank, env.world_size, env.local_rank, env.local_size);
   BT_CHECK(!strcmp(env.store_host, "node1") && env.store_port == 29500, "store");
   BT_CHECK(!strcmp(env.job_id, "77.0"), "job %s", env.job_id);
-  /* MASTER_ADDR/MASTER_PORT work too; no SLURM_TASKS_PER_NODE leaves the local size to the rendezvous. */
-  EXPECT_OK(DETECT(REQ, "SLURM_PROCID=0", "SLURM_NPROCS=2", "SLURM_LOCALID=0", "MASTER_ADDR=n0", "MASTER_PORT=9"));
+  BT_CHECK(!env.note[0], "no note: %s", env.note);
+  /* The step's own counts win over the job's (a step smaller than the job,
+     or srun --preserve-env, which keeps the job's SLURM_NTASKS). */
+  EXPECT_OK(DETECT(REQ, "SLURM_PROCID=2", "SLURM_NTASKS=16", "SLURM_STEP_NUM_TASKS=4", "SLURM_LOCALID=0",
+                   "SLURM_TASKS_PER_NODE=16", "SLURM_STEP_TASKS_PER_NODE=2(x2)", "SLURM_NODEID=1",
+                   "SLURM_STEP_ID=3", "SLURM_JOB_ID=77", "BRAID_STORE=h:1"));
+  BT_CHECK(env.rank == 2 && env.world_size == 4 && env.local_rank == 0 && env.local_size == 2,
+           "step layout %d/%d local %d/%d", env.rank, env.world_size, env.local_rank, env.local_size);
+  BT_CHECK(!strcmp(env.job_id, "77.3"), "job %s", env.job_id);
+  /* MASTER_ADDR/MASTER_PORT work too; old versions set SLURM_STEPID and SLURM_NPROCS only; no
+     SLURM_TASKS_PER_NODE leaves the local size to the rendezvous. */
+  EXPECT_OK(DETECT(REQ, "SLURM_PROCID=0", "SLURM_NPROCS=2", "SLURM_LOCALID=0", "MASTER_ADDR=n0", "MASTER_PORT=9",
+                   "SLURM_STEPID=1", "SLURM_JOB_ID=5"));
+  BT_CHECK(!strcmp(env.convention, "slurm"), "SLURM_STEPID marks a step too: %s", env.convention);
   BT_CHECK(env.world_size == 2 && env.local_size == -1 && env.local_rank == -1, "old SLURM_NPROCS");
   BT_CHECK(!strcmp(env.store_host, "n0") && env.store_port == 9, "MASTER_ADDR store");
-  EXPECT_ERR(DETECT(REQ, "SLURM_PROCID=0", "SLURM_NTASKS=2"), BRAID_ERR_BOOTSTRAP,
+  BT_CHECK(!strcmp(env.job_id, "5.1"), "job %s", env.job_id);
+
+  EXPECT_ERR(DETECT(REQ, "SLURM_PROCID=0", "SLURM_NTASKS=2", "SLURM_STEP_ID=0"), BRAID_ERR_BOOTSTRAP,
              "SLURM_PROCID is set but no store address: set BRAID_STORE or MASTER_ADDR and MASTER_PORT");
-  EXPECT_ERR(DETECT(REQ, "SLURM_PROCID=0"), BRAID_ERR_BOOTSTRAP,
-             "SLURM_PROCID is set but SLURM_NTASKS is missing (Slurm convention)");
-  EXPECT_ERR(DETECT(REQ, "SLURM_PROCID=4", "SLURM_NTASKS=4", "BRAID_STORE=h:1"), BRAID_ERR_BOOTSTRAP,
-             "SLURM_PROCID=4 is not below SLURM_NTASKS=4");
+  EXPECT_ERR(DETECT(REQ, "SLURM_PROCID=0", "SLURM_STEP_ID=0"), BRAID_ERR_BOOTSTRAP,
+             "SLURM_PROCID is set but SLURM_STEP_NUM_TASKS and SLURM_NTASKS are missing (Slurm convention)");
+  EXPECT_ERR(DETECT(REQ, "SLURM_STEP_NUM_TASKS=2", "SLURM_STEP_ID=0"), BRAID_ERR_BOOTSTRAP,
+             "SLURM_STEP_NUM_TASKS is set but SLURM_PROCID is missing (Slurm convention)");
+  EXPECT_ERR(DETECT(REQ, "SLURM_PROCID=4", "SLURM_NTASKS=4", "BRAID_STORE=h:1", "SLURM_STEP_ID=0"),
+             BRAID_ERR_BOOTSTRAP, "SLURM_PROCID=4 is not below SLURM_NTASKS=4");
+  EXPECT_ERR(DETECT(REQ, "SLURM_PROCID=4", "SLURM_NTASKS=8", "SLURM_STEP_NUM_TASKS=4", "BRAID_STORE=h:1",
+                    "SLURM_STEP_ID=0"),
+             BRAID_ERR_BOOTSTRAP, "SLURM_PROCID=4 is not below SLURM_STEP_NUM_TASKS=4");
+  EXPECT_ERR(DETECT(REQ, "SLURM_PROCID=3", "SLURM_STEP_NUM_TASKS=4", "SLURM_LOCALID=3", "SLURM_NODEID=0",
+                    "SLURM_STEP_TASKS_PER_NODE=2(x2)", "BRAID_STORE=h:1", "SLURM_STEP_ID=0"),
+             BRAID_ERR_BOOTSTRAP, "SLURM_LOCALID=3 is not below SLURM_STEP_TASKS_PER_NODE=2");
+  return 0;
+}
+
+/* A batch script (sbatch) or an allocation's shell (salloc) carries Slurm's
+   variables but is a single process, not a task of an srun step. */
+static int test_slurm_batch_step(void) {
+  EXPECT_OK(DETECT(REQ, "SLURM_PROCID=0", "SLURM_NTASKS=4", "SLURM_LOCALID=0", "SLURM_NODEID=0",
+                   "SLURM_TASKS_PER_NODE=4", "SLURM_JOB_ID=77", "MASTER_ADDR=n0", "MASTER_PORT=9"));
+  BT_CHECK(!strcmp(env.convention, "none") && env.rank == 0 && env.world_size == 1, "%s: rank %d of %d",
+           env.convention, env.rank, env.world_size);
+  BT_CHECK(strstr(env.note, "Slurm variables ignored: SLURM_PROCID=0 and SLURM_NTASKS=4 are set but "
+                            "SLURM_STEP_ID is not") &&
+               strstr(env.note, "start the ranks with srun"),
+           "note: %s", env.note);
+  char d[1024];
+  braid__env_describe(&env, d, sizeof d);
+  BT_CHECK(strstr(d, "rank 0 of 1") && strstr(d, "; Slurm variables ignored: "), "describe: %s", d);
+  /* Partial settings there are not this process's launcher either: no error. */
+  EXPECT_OK(DETECT(REQ, "SLURM_NTASKS=4", "SLURM_JOB_ID=77"));
+  BT_CHECK(env.world_size == 1 && strstr(env.note, "SLURM_NTASKS=4 is set but SLURM_STEP_ID is not"), "salloc: %s",
+           env.note);
+  EXPECT_OK(DETECT(REQ, "SLURM_PROCID=0"));
+  BT_CHECK(env.world_size == 1 && strstr(env.note, "SLURM_PROCID=0 is set"), "%s", env.note);
+  /* Detection goes on with the next convention: mpirun inside a batch script. */
+  EXPECT_OK(DETECT(REQ, "SLURM_PROCID=0", "SLURM_NTASKS=4", "OMPI_COMM_WORLD_RANK=1", "OMPI_COMM_WORLD_SIZE=4",
+                   "BRAID_STORE=h:1"));
+  BT_CHECK(!strcmp(env.convention, "openmpi") && env.rank == 1 && env.world_size == 4, "%s: rank %d of %d",
+           env.convention, env.rank, env.world_size);
+  /* mpirun / mpiexec in an allocation start their daemons with srun: the
+     ranks carry the daemon step's Slurm variables (a node index). */
+  EXPECT_OK(DETECT(REQ, "SLURM_PROCID=1", "SLURM_STEP_NUM_TASKS=2", "SLURM_STEP_ID=0", "OMPI_COMM_WORLD_RANK=5",
+                   "OMPI_COMM_WORLD_SIZE=8", "BRAID_STORE=h:1"));
+  BT_CHECK(!strcmp(env.convention, "openmpi") && env.rank == 5 && env.world_size == 8, "under Slurm: %s %d of %d",
+           env.convention, env.rank, env.world_size);
+  BT_CHECK(strstr(env.note, "started by an MPI launcher inside a Slurm step"), "note: %s", env.note);
+  EXPECT_OK(DETECT(REQ, "SLURM_PROCID=0", "SLURM_STEP_NUM_TASKS=2", "SLURM_STEP_ID=0", "PMI_RANK=3", "PMI_SIZE=4",
+                   "BRAID_STORE=h:1"));
+  BT_CHECK(!strcmp(env.convention, "pmi") && env.rank == 3 && env.world_size == 4, "hydra under Slurm: %s",
+           env.convention);
+  /* srun's PMI plugins set PMI_RANK too, equal to SLURM_PROCID: Slurm stays. */
+  EXPECT_OK(DETECT(REQ, "SLURM_PROCID=1", "SLURM_STEP_NUM_TASKS=2", "SLURM_STEP_ID=0", "PMI_RANK=1", "PMI_SIZE=2",
+                   "BRAID_STORE=h:1"));
+  BT_CHECK(!strcmp(env.convention, "slurm") && env.rank == 1 && !env.note[0], "srun --mpi=pmi2: %s",
+           env.convention);
   return 0;
 }
 
@@ -416,23 +484,72 @@ static int test_init_logs_convention(void) {
   unsetenv("RANK");
   unsetenv("WORLD_SIZE");
   setenv("SLURM_PROCID", "0", 1);
+  setenv("SLURM_STEP_ID", "0", 1);
   BT_CHECK_ST(braid_init(NULL, &c), BRAID_ERR_BOOTSTRAP, NULL);
-  BT_CHECK_MSG(NULL, "SLURM_PROCID is set but SLURM_NTASKS is missing (Slurm convention)");
+  BT_CHECK_MSG(NULL, "SLURM_PROCID is set but SLURM_STEP_NUM_TASKS and SLURM_NTASKS are missing (Slurm convention)");
+  unsetenv("SLURM_STEP_ID");
   unsetenv("SLURM_PROCID");
+  return 0;
+}
+
+/* Through braid_init in a Slurm batch script (no srun): one process that
+   neither waits for SLURM_NTASKS ranks nor hosts a store, and says why. */
+static int test_init_slurm_batch_step(void) {
+  char path[] = "/tmp/braid_test_env_XXXXXX";
+  int fd = mkstemp(path);
+  BT_CHECK(fd >= 0, "mkstemp");
+  close(fd);
+  int port, lfd;
+  char e[256];
+  BT_CHECK(braid__listen_range("127.0.0.1", 0, 0, 0, 1, &lfd, &port, e, sizeof e) == BRAID_OK, "%s", e);
+  close(lfd);
+  char store[64];
+  snprintf(store, sizeof store, "127.0.0.1:%d", port);
+  setenv("BRAID_LOG", "info", 1);
+  setenv("BRAID_LOG_FILE", path, 1);
+  setenv("SLURM_PROCID", "0", 1);
+  setenv("SLURM_NTASKS", "4", 1);
+  setenv("SLURM_JOB_ID", "77", 1);
+  setenv("BRAID_STORE", store, 1);
+  setenv("BRAID_BACKEND", "shm", 1);
+  setenv("BRAID_INIT_TIMEOUT", "3", 1); /* bounds the wait should one happen */
+  braid_comm *c = NULL;
+  double t0 = braid__now();
+  BT_CHECK_OK(braid_init(NULL, &c), NULL);
+  double dt = braid__now() - t0;
+  BT_CHECK(braid_rank(c) == 0 && braid_world_size(c) == 1, "rank %d of %d", braid_rank(c), braid_world_size(c));
+  BT_CHECK_OK(braid_destroy(c), NULL);
+  BT_CHECK(dt < 2, "braid_init took %.2f s", dt);
+  unsetenv("BRAID_LOG_FILE");
+  unsetenv("BRAID_LOG");
+  char buf[8192] = "";
+  FILE *f = fopen(path, "r");
+  BT_CHECK(f != NULL, "log file");
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  buf[n] = 0;
+  fclose(f);
+  unlink(path);
+  BT_CHECK(strstr(buf, "using the none convention: rank 0 of 1") &&
+               strstr(buf, "Slurm variables ignored: SLURM_PROCID=0 and SLURM_NTASKS=4 are set but SLURM_STEP_ID is "
+                           "not, so this process runs in a batch script"),
+           "log: %s", buf);
   return 0;
 }
 
 int main(int argc, char **argv) {
   /* The real environment must not leak into braid_init-level cases. */
-  const char *vars[] = {"BRAID_RANK", "BRAID_WORLD_SIZE", "RANK", "WORLD_SIZE", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK",
-                        "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE", "BRAID_STORE", "BRAID_TOKEN", "BRAID_BACKEND"};
+  const char *vars[] = {"BRAID_RANK", "BRAID_WORLD_SIZE", "RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS",
+                        "SLURM_NPROCS", "SLURM_STEP_NUM_TASKS", "SLURM_STEP_ID", "SLURM_STEPID",
+                        "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE", "MASTER_ADDR",
+                        "MASTER_PORT", "BRAID_STORE", "BRAID_STORE_EXTERNAL", "BRAID_TOKEN", "BRAID_BACKEND",
+                        "BRAID_INIT_TIMEOUT"};
   for (size_t i = 0; i < BT_COUNT(vars); i++) unsetenv(vars[i]);
   static const bt_case cases[] = {
       BT_CASE(test_nothing_set), BT_CASE(test_braidrun),    BT_CASE(test_braidrun_errors),
       BT_CASE(test_torchrun),    BT_CASE(test_slurm),       BT_CASE(test_openmpi_pmi),
       BT_CASE(test_precedence),  BT_CASE(test_overrides),   BT_CASE(test_dataplane_vars),
       BT_CASE(test_parsers),     BT_CASE(test_ifname),      BT_CASE(test_port_range),
-      BT_CASE(test_init_logs_convention),
+      BT_CASE(test_init_logs_convention), BT_CASE(test_slurm_batch_step), BT_CASE(test_init_slurm_batch_step),
   };
   return bt_main(argc, argv, cases, BT_COUNT(cases));
 }

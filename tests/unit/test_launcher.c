@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "bootstrap/bootstrap.h"
+#include "core/comm.h"
 #include "harness.h"
 #include "os/time.h"
 
@@ -309,8 +310,18 @@ static int test_usage(void) {
                               "--port",         "--nnodes",     "--node-rank",      "--master",   "--token-file",
                               "BRAID_RANK",     "BRAID_WORLD_SIZE", "BRAID_LOCAL_RANK", "BRAID_LOCAL_SIZE",
                               "BRAID_STORE",    "BRAID_TOKEN",  "BRAID_BACKEND",    "BRAID_JOB_ID", "SIGINT",
-                              "Exit status"};
+                              "Exit status",    "BRAID_INIT_TIMEOUT", "K*N + local rank", "rank 2 killed by signal 9",
+                              "sends SIGTERM to the other ranks, SIGKILL after the", "status 124",
+                              "node 0 hosts the store"};
   for (size_t i = 0; i < BT_COUNT(documented); i++) CHECK_HAS(p.out, "%s", documented[i]);
+  /* The backends named are the ones built. */
+  CHECK_HAS(p.out, "--backend NAME        set BRAID_BACKEND=NAME for every rank (built here: %s)\n",
+            braid__backend_names());
+
+  const char *tmo[] = {braidrun, "-n", "1", prog, "sleep", "0", NULL};
+  const char *badtmo[] = {"BRAID_INIT_TIMEOUT=soon", NULL};
+  BT_CHECK(run(&p, badtmo, tmo, 10) == 0 && code_of(&p) == 1, "bad BRAID_INIT_TIMEOUT: exit %d", code_of(&p));
+  CHECK_HAS(p.err, "braidrun: BRAID_INIT_TIMEOUT=\"soon\" is not a non-negative number of seconds");
 
   const char *non[] = {braidrun, prog, NULL};
   BT_CHECK(run(&p, NULL, non, 10) == 0 && code_of(&p) == 2, "no -n: exit %d", code_of(&p));

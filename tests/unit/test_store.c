@@ -1,7 +1,9 @@
 /* Rendezvous store: operations, blocking semantics, authentication, limits,
    hostile clients, connection retry, and the frame parser over bad input. */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
 #include <math.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -11,6 +13,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "bootstrap/bootstrap.h"
 #include "bootstrap/store.h"
 #include "bootstrap/store_proto.h"
 #include "core/log.h"
@@ -47,10 +50,9 @@ static braid__store *connect_to(int port, const uint8_t *token) {
 
 /* A free loopback port: bound, read back, released. */
 static int free_port(void) {
-  int fd = -1;
+  int fd = -1, p = -1;
   char err[256];
-  if (braid__sock_listen("127.0.0.1", 0, 1, &fd, err, sizeof err) != 0) return -1;
-  int p = braid__sock_local_port(fd);
+  if (braid__listen_range("127.0.0.1", 0, 0, 0, 1, &fd, &p, err, sizeof err) != BRAID_OK) return -1;
   close(fd);
   return p;
 }
@@ -720,6 +722,168 @@ static int test_loopback_only(void) {
   return 0;
 }
 
+/* A plain listener on addr (numeric), port 0 = any; IPv6 sockets are v6-only, so
+   each holds one family. Returns the fd (port in *port), or -1 when this host
+   cannot bind addr at all. */
+static int occupy(const char *addr, int *port) {
+  struct sockaddr_storage ss;
+  socklen_t sl;
+  memset(&ss, 0, sizeof ss);
+  struct sockaddr_in *a4 = (struct sockaddr_in *)&ss;
+  struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&ss;
+  if (inet_pton(AF_INET, addr, &a4->sin_addr) == 1) {
+    a4->sin_family = AF_INET;
+    a4->sin_port = htons((uint16_t)*port);
+    sl = sizeof *a4;
+  } else if (inet_pton(AF_INET6, addr, &a6->sin6_addr) == 1) {
+    a6->sin6_family = AF_INET6;
+    a6->sin6_port = htons((uint16_t)*port);
+    sl = sizeof *a6;
+  } else {
+    return -1;
+  }
+  int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  int one = 1;
+  if (ss.ss_family == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
+  if (bind(fd, (struct sockaddr *)&ss, sl) != 0 || listen(fd, 4) != 0) {
+    close(fd);
+    return -1;
+  }
+  *port = braid__sock_local_port(fd);
+  return fd;
+}
+
+/* Expects braid__store_server_start to refuse because want_addr is taken. */
+static int start_refused(const char *host, int port, const uint8_t *token, const char *want_addr) {
+  char err[512] = "";
+  braid__store_server *srv = NULL;
+  braid_status s = braid__store_server_start(host, port, token, token ? 32 : 0, &srv, err, sizeof err);
+  if (srv) braid__store_server_stop(srv);
+  BT_CHECK(s == BRAID_ERR_BOOTSTRAP && !srv, "host %s port %d %s token: started although %s is taken (%s)",
+           host ? host : "(any)", port, token ? "with" : "without", want_addr, braid_status_string(s));
+  char want[128];
+  snprintf(want, sizeof want, "cannot listen on %s: %s", want_addr, strerror(EADDRINUSE));
+  BT_CHECK(strstr(err, want), "message \"%s\" lacks \"%s\"", err, want);
+  return 0;
+}
+
+/* The store binds the address it was asked for or fails: it never moves to
+   another address or family, whose clients would reach another process. */
+static int test_bind_no_fallback(void) {
+  int six = 0, p6 = 0;
+  int probe = occupy("::1", &p6);
+  if (probe >= 0) six = 1, close(probe);
+  char where[64];
+
+  /* No token: 127.0.0.1 taken by someone else must not leave the store on ::1 alone. */
+  int p = 0;
+  int busy = occupy("127.0.0.1", &p);
+  BT_CHECK(busy >= 0, "occupy 127.0.0.1");
+  snprintf(where, sizeof where, "127.0.0.1:%d", p);
+  BT_CHECK(start_refused(NULL, p, NULL, where) == 0, "no host, no token");
+  BT_CHECK(start_refused("0.0.0.0", p, NULL, where) == 0, "non-loopback host, no token");
+  BT_CHECK(start_refused("127.0.0.1", p, NULL, where) == 0, "127.0.0.1, no token");
+  BT_CHECK(start_refused("127.0.0.1", p, TOKEN_A, where) == 0, "127.0.0.1 with a token");
+  close(busy);
+
+  if (six) {
+    /* The IPv6 loopback side taken: the token-less store serves both loopbacks, so it fails too. */
+    p = 0;
+    busy = occupy("::1", &p);
+    BT_CHECK(busy >= 0, "occupy ::1");
+    snprintf(where, sizeof where, "[::1]:%d", p);
+    BT_CHECK(start_refused(NULL, p, NULL, where) == 0, "::1 taken, no token");
+    BT_CHECK(start_refused("::1", p, TOKEN_A, where) == 0, "::1 with a token");
+    close(busy);
+    /* With a token and no host: every interface. IPv6-only [::] taken must not
+       leave the store on IPv4 alone. */
+    p = 0;
+    busy = occupy("::", &p);
+    BT_CHECK(busy >= 0, "occupy [::]");
+    snprintf(where, sizeof where, "[::]:%d (every interface)", p);
+    BT_CHECK(start_refused(NULL, p, TOKEN_A, where) == 0, "[::] taken, token");
+    close(busy);
+  } else {
+    printf("  (no IPv6 loopback here: the IPv6 cases are skipped)\n");
+  }
+  p = 0;
+  busy = occupy("0.0.0.0", &p);
+  BT_CHECK(busy >= 0, "occupy 0.0.0.0");
+  snprintf(where, sizeof where, "%s:%d (every interface)", six ? "[::]" : "0.0.0.0", p);
+  BT_CHECK(start_refused(NULL, p, TOKEN_A, where) == 0, "0.0.0.0 taken, token");
+  close(busy);
+
+  /* Port 0 finds a port free on both loopbacks, and both serve. */
+  char err[512];
+  braid__store_server *srv = NULL;
+  BT_CHECK(braid__store_server_start(NULL, 0, NULL, 0, &srv, err, sizeof err) == BRAID_OK, "%s", err);
+  int port = braid__store_server_port(srv);
+  BT_CHECK(still_serves(port, NULL, "v4") == 0, "IPv4 loopback client");
+  if (six) {
+    braid__store *st = NULL;
+    BT_CHECK(braid__store_connect("::1", port, NULL, 0, braid__deadline(5), &st, err, sizeof err) == BRAID_OK,
+             "IPv6 loopback client: %s", err);
+    BT_CHECK(braid__store_set(st, "v6", "x", 1) == BRAID_OK, "%s", braid__store_error(st));
+    braid__store_close(st);
+  }
+  braid__store_server_stop(srv);
+  return 0;
+}
+
+/* A non-loopback IPv4 address of this host, or "" when it has none. */
+static void outside_addr(char *out, size_t len) {
+  out[0] = 0;
+  struct ifaddrs *ifs = NULL;
+  if (getifaddrs(&ifs) != 0) return;
+  for (struct ifaddrs *i = ifs; i; i = i->ifa_next) {
+    if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET || braid__sock_is_loopback(i->ifa_addr)) continue;
+    inet_ntop(AF_INET, &((struct sockaddr_in *)(void *)i->ifa_addr)->sin_addr, out, (socklen_t)len);
+    break;
+  }
+  freeifaddrs(ifs);
+}
+
+/* Without a token the store listens on loopback only, whatever it is asked,
+   and says so in the log. */
+static int test_no_token_says_so(void) {
+  char logpath[] = "/tmp/braid_store_log_XXXXXX";
+  int lfd = mkstemp(logpath);
+  BT_CHECK(lfd >= 0, "mkstemp");
+  close(lfd);
+  setenv("BRAID_LOG_FILE", logpath, 1);
+  setenv("BRAID_LOG", "info", 1);
+  braid__log_reload();
+  char err[512];
+  braid__store_server *srv = NULL;
+  BT_CHECK(braid__store_server_start("0.0.0.0", 0, NULL, 0, &srv, err, sizeof err) == BRAID_OK, "%s", err);
+  int port = braid__store_server_port(srv);
+  char ext[INET_ADDRSTRLEN];
+  outside_addr(ext, sizeof ext);
+  if (ext[0]) {
+    /* Not bound there at all: the connection is refused by the kernel. */
+    int fd = -1;
+    char why[256];
+    int r = braid__sock_connect(ext, port, braid__deadline(2), &fd, why, sizeof why);
+    if (r == 0) close(fd);
+    BT_CHECK(r == ECONNREFUSED, "connect to %s:%d: %s", ext, port, r ? why : "accepted");
+  } else {
+    printf("  (no non-loopback IPv4 address here)\n");
+  }
+  braid__store_server_stop(srv);
+  unsetenv("BRAID_LOG_FILE");
+  unsetenv("BRAID_LOG");
+  braid__log_reload();
+  char log[8192];
+  BT_CHECK(read_file(logpath, log, sizeof log) == 0, "read log");
+  unlink(logpath);
+  BT_CHECK(strstr(log, "no job token, so listening on loopback only instead of 0.0.0.0"), "log: %s", log);
+  char want[128];
+  snprintf(want, sizeof want, "store: listening on 127.0.0.1:%d", port);
+  BT_CHECK(strstr(log, want) && strstr(log, "no job token, so loopback clients only"), "log: %s", log);
+  return 0;
+}
+
 static int test_garbage_dropped(void) {
   braid__store_server *srv = start_server(NULL);
   BT_CHECK(srv, "server");
@@ -1074,6 +1238,8 @@ int main(int argc, char **argv) {
       {"wrong_token", test_wrong_token, 30},
       {"token_mismatch", test_token_mismatch, 30},
       {"loopback_only", test_loopback_only, 30},
+      {"bind_no_fallback", test_bind_no_fallback, 30},
+      {"no_token_says_so", test_no_token_says_so, 30},
       {"garbage_dropped", test_garbage_dropped, 30},
       {"slow_loris", test_slow_loris, 30},
       {"max_connections", test_max_connections, 30},

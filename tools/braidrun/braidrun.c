@@ -22,6 +22,8 @@
 
 #include "bootstrap/env.h"
 #include "bootstrap/store.h"
+#include "core/comm.h"
+#include "core/params.h"
 #include "os/time.h"
 
 extern char **environ;
@@ -29,15 +31,16 @@ extern char **environ;
 #define LINE_MAX_BYTES 65536 /* longer output lines are split */
 #define POLL_MS 100          /* also how often other nodes' news is checked */
 
-static const char usage_text[] =
+/* Help, in two parts around the line naming the backends built here. */
+static const char usage_head[] =
     "Usage: braidrun -n N [options] [--] PROGRAM [ARGS...]\n"
     "\n"
     "Starts N ranks of PROGRAM on this machine, hosts the rendezvous store they\n"
     "meet at, and supervises them.\n"
     "\n"
     "Options:\n"
-    "  -n, --nproc N         ranks to start on this node (required)\n"
-    "  --backend NAME        set BRAID_BACKEND=NAME for every rank (self, shm, tcp, ...)\n"
+    "  -n, --nproc N         ranks to start on this node (required)\n";
+static const char usage_text[] =
     "  --timeout S           end the job after S seconds (decimals allowed): braidrun\n"
     "                        prints \"job timed out after S s; ranks still running: ...\",\n"
     "                        stops the ranks and exits with status 124\n"
@@ -64,6 +67,11 @@ static const char usage_text[] =
     "  BRAID_JOB_ID          namespace of the job's keys in the store\n"
     "  BRAID_BACKEND         with --backend\n"
     "Everything else in braidrun's environment is passed on unchanged.\n"
+    "\n"
+    "Variables braidrun reads:\n"
+    "  BRAID_TOKEN           with --master: the job token shared by every node\n"
+    "  BRAID_INIT_TIMEOUT    with --nnodes: seconds a node waits to join node 0's\n"
+    "                        store (default 60, 0 waits forever)\n"
     "\n"
     "Supervision:\n"
     "  When a rank exits with a non-zero code or is killed by a signal, braidrun\n"
@@ -210,7 +218,12 @@ static void parse_opts(int argc, char **argv, opts *o) {
   /* "+": options end at PROGRAM, whose own options are left alone. */
   while ((c = getopt_long(argc, argv, "+:hn:", longopts, NULL)) != -1) {
     switch (c) {
-    case 'h': fputs(usage_text, stdout); exit(0);
+    case 'h':
+      fputs(usage_head, stdout);
+      printf("  --backend NAME        set BRAID_BACKEND=NAME for every rank (built here: %s)\n",
+             braid__backend_names());
+      fputs(usage_text, stdout);
+      exit(0);
     case 'n': o->nproc = parse_int_opt("-n", optarg, 1, 1 << 16); break;
     case O_BACKEND: o->backend = optarg; break;
     case O_TIMEOUT: o->timeout = parse_secs("--timeout", optarg); break;
@@ -609,7 +622,10 @@ int main(int argc, char **argv) {
   char job_id[64];
   double init_timeout = 60.0;
   const char *it = getenv("BRAID_INIT_TIMEOUT");
-  if (it && *it) init_timeout = strtod(it, NULL) > 0 ? strtod(it, NULL) : 60.0;
+  if (it && *it && braid__parse_seconds(it, &init_timeout)) {
+    msg("BRAID_INIT_TIMEOUT=\"%s\" is not a non-negative number of seconds", it);
+    return 1;
+  }
 
   if (o.node_rank == 0) {
     /* Host the store: loopback unless other nodes must reach it. */

@@ -15,9 +15,9 @@
 #define SHM_CL 64
 #define SHM_SLOT_BYTES (16u << 10)             /* per rank, two of them (collective parity) */
 #define SHM_SLOT_DATA (SHM_SLOT_BYTES - 64u)   /* payload of the flat small-message scheme */
-#define SHM_RING_BYTES (64u << 10)             /* per ordered pair of ranks */
+#define SHM_RING_BYTES (256u << 10)            /* per ordered pair of ranks */
 #define SHM_EAGER_MAX (8u << 10)               /* larger sends go by rendezvous */
-#define SHM_FRAG (16u << 10)                   /* data fragment when streaming through a ring */
+#define SHM_FRAG (64u << 10)                   /* data fragment when streaming through a ring */
 #define SHM_BRING 64u                          /* entries of the small-broadcast ring */
 
 /* Failure kinds published in the segment so every rank stops waiting. */

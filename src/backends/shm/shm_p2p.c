@@ -68,6 +68,10 @@ struct shm_ctrl {
 static size_t rup64(size_t x) { return (x + 63) & ~(size_t)63; }
 
 
+/* Single copy costs page pinning per call; below the threshold streaming
+   through the ring (two copies, overlapped between the two cores) is faster. */
+static int use_cma(const shm_state *s, size_t bytes) { return s->cma && bytes >= s->cma_min; }
+
 static void defer(shm_state *s, braid_status st, const char *msg) {
   if (s->deferred) return;
   s->deferred = st;
@@ -161,7 +165,7 @@ static braid_status deliver(braid_comm *c, shm_state *s, int src, const shm_rec 
       remove_recv(s, link);
       return BRAID_OK;
     }
-    if (s->cma) {
+    if (use_cma(s, bytes)) {
       braid_status st = pull(c, s, src, h->id, h->addr, r->buf, bytes, h->tag);
       remove_recv(s, link);
       return st;
@@ -366,7 +370,7 @@ braid_status shm_p2p_recv(braid_comm *c, void *buf, size_t count, braid_dtype dt
     if (s->umsgs_tail == &u->next) s->umsgs_tail = link;
     if (!u->rndv) {
       memcpy(buf, u->data, bytes);
-    } else if (s->cma) {
+    } else if (use_cma(s, bytes)) {
       st = pull(c, s, src, u->id, u->addr, buf, bytes, tag);
       if (!st) flush(s);
     } else {

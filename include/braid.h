@@ -107,7 +107,7 @@ typedef enum braid_op {
  */
 typedef struct braid_config {
   size_t struct_size;       /* sizeof(braid_config) at compile time; set by BRAID_CONFIG_INIT */
-  const char *backend;      /* NULL: BRAID_BACKEND, else "self" */
+  const char *backend;      /* NULL: BRAID_BACKEND, else "self" for one rank, "shm" when all ranks share a host */
   int rank;                 /* -1: BRAID_RANK, else 0 */
   int world_size;           /* -1: BRAID_WORLD_SIZE, else 1 */
   double timeout_s;         /* < 0: BRAID_TIMEOUT, else 300; 0 waits forever */

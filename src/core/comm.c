@@ -230,14 +230,20 @@ braid_status braid_init(const braid_config *cfg, braid_comm **out) {
   char err[BRAID_ERRLEN];
   /* The backend is looked up first: self never meets peers, so it needs no store. */
   const char *name = def.backend ? def.backend : braid__env("BRAID_BACKEND");
-  if (!name) name = "self";
-  const braid__backend_ops *ops = braid__backend_find(name);
+  const braid__backend_ops *ops = name ? braid__backend_find(name) : NULL;
   braid__env_overrides ov = {def.rank,       def.world_size, def.local_rank,    def.local_size,
                              def.store_addr, def.token_hex,  def.init_timeout_s};
   braid__launch_env env;
-  unsigned flags = ops == &braid__self_ops ? 0 : BRAID__ENV_REQUIRE_STORE;
+  unsigned flags = name && ops == &braid__self_ops ? 0 : BRAID__ENV_REQUIRE_STORE;
   braid_status st = braid__env_detect(braid__env_getenv, NULL, &ov, flags, &env, err, sizeof err);
   if (st) return init_fail(st, -1, "%s", err);
+  /* No backend named: one rank needs none, ranks of one host use shared
+     memory (checked after the rendezvous, which knows the hosts). */
+  int by_default = !name;
+  if (by_default) {
+    name = env.world_size == 1 ? "self" : "shm";
+    ops = braid__backend_find(name);
+  }
   int rank = env.rank;
   double timeout = def.timeout_s, dtimeout = def.destroy_timeout_s;
   if (timeout < 0 && braid__env_seconds("BRAID_TIMEOUT", 300.0, &timeout, err, sizeof err))
@@ -267,6 +273,11 @@ braid_status braid_init(const braid_config *cfg, braid_comm **out) {
   c->call = "braid_init";
   /* self rejects world sizes above 1 in its init; a rendezvous would only delay that. */
   if (!(ops == &braid__self_ops && c->size > 1)) st = braid__bootstrap_world(c, &env, &c->boot);
+  if (!st && by_default && c->boot && c->boot->local_size != c->size)
+    st = braid__fail(c, BRAID_ERR_UNSUPPORTED,
+                     "the %d ranks span several hosts (%d on this one) and no backend was named; set BRAID_BACKEND "
+                     "or braid_config.backend to a backend for several hosts (built: %s)",
+                     c->size, c->boot->local_size, braid__backend_names());
   if (!st) st = ops->init(c);
   c->call = NULL;
   pthread_mutex_unlock(&c->lock);

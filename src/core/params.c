@@ -7,7 +7,7 @@
 #include <string.h>
 
 static const braid__param params[] = {
-    {"BRAID_BACKEND", BRAID_PT_STRING, "self", "backend of braid_init(NULL): self, ..."},
+    {"BRAID_BACKEND", BRAID_PT_STRING, "auto", "backend of braid_init(NULL): self for one rank, shm on one host"},
     {"BRAID_RANK", BRAID_PT_INT, "0", "this process's rank in the job"},
     {"BRAID_WORLD_SIZE", BRAID_PT_INT, "1", "number of ranks in the job"},
     {"BRAID_LOCAL_RANK", BRAID_PT_INT, NULL,

@@ -87,6 +87,10 @@ static int test_init_errors(void) {
 
   setenv("BRAID_WORLD_SIZE", "4", 1);
   setenv("BRAID_RANK", "2", 1);
+  /* No backend named and several ranks: shm, which needs the store. */
+  BT_CHECK_ST(braid_init(NULL, &c), BRAID_ERR_BOOTSTRAP, NULL);
+  BT_CHECK_MSG(NULL, "BRAID_STORE is missing");
+  setenv("BRAID_BACKEND", "self", 1);
   BT_CHECK_ST(braid_init(NULL, &c), BRAID_ERR_INVALID_ARG, NULL);
   BT_CHECK_MSG(NULL, "world size 1 only");
   BT_CHECK_MSG(NULL, "(rank 2)");

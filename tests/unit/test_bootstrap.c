@@ -338,11 +338,69 @@ static int test_world_of_one(void) {
   return 0;
 }
 
+/* No backend named: shared memory when every rank is on this host; ranks
+   that say they are on different hosts get a clear error, not shm's wait
+   for a segment that never appears. */
+typedef struct {
+  const bt_store *s;
+  int local_size;
+} default_case;
+
+static int body_default_backend(braid_comm *unused, int rank, int n, void *arg) {
+  (void)unused;
+  const default_case *d = arg;
+  char v[64];
+  unsetenv("BRAID_BACKEND");
+  snprintf(v, sizeof v, "%d", rank);
+  setenv("BRAID_RANK", v, 1);
+  snprintf(v, sizeof v, "%d", n);
+  setenv("BRAID_WORLD_SIZE", v, 1);
+  snprintf(v, sizeof v, "127.0.0.1:%d", d->s->port);
+  setenv("BRAID_STORE", v, 1);
+  setenv("BRAID_STORE_EXTERNAL", "1", 1);
+  setenv("BRAID_TOKEN", d->s->token_hex, 1);
+  snprintf(v, sizeof v, "%s-%d", d->s->job_id, d->local_size);
+  setenv("BRAID_JOB_ID", v, 1);
+  snprintf(v, sizeof v, "%d", d->local_size == n ? rank : 0);
+  setenv("BRAID_LOCAL_RANK", v, 1);
+  snprintf(v, sizeof v, "%d", d->local_size);
+  setenv("BRAID_LOCAL_SIZE", v, 1);
+  braid_comm *c = NULL;
+  braid_status st = braid_init(NULL, &c);
+  if (d->local_size == n) {
+    BT_CHECK_OK(st, NULL);
+    BT_CHECK(!strcmp(braid_backend(c), "shm"), "default backend %s", braid_backend(c));
+    int x = rank + 1;
+    BT_CHECK_OK(braid_all_reduce(c, &x, 1, BRAID_I32, BRAID_SUM), c);
+    BT_CHECK(x == n * (n + 1) / 2, "sum %d", x);
+    BT_CHECK_OK(braid_destroy(c), NULL);
+    return 0;
+  }
+  BT_CHECK(st == BRAID_ERR_UNSUPPORTED && c == NULL, "several hosts: %s", braid_status_string(st));
+  BT_CHECK(strstr(braid_last_error(NULL), "span several hosts (1 on this one) and no backend was named") &&
+               strstr(braid_last_error(NULL), "BRAID_BACKEND") && strstr(braid_last_error(NULL), "(rank "),
+           "message: %s", braid_last_error(NULL));
+  return 0;
+}
+
+static int test_default_backend(void) {
+  bt_store s;
+  BT_CHECK(bt_store_start(&s) == 0, "store");
+  default_case one = {&s, 3}, many = {&s, 1};
+  bt_run_opts o = {NULL, 3, 30, NULL, -1};
+  int rc = bt_run_ranks_ex(&o, body_default_backend, &one, NULL);
+  o.nranks = 2;
+  if (!rc) rc = bt_run_ranks_ex(&o, body_default_backend, &many, NULL);
+  bt_store_stop(&s);
+  BT_CHECK(rc == 0, "default backend runs");
+  return 0;
+}
+
 int main(int argc, char **argv) {
   static const bt_case cases[] = {
       BT_CASE(test_rank0_hosts),        BT_CASE(test_external_store),  BT_CASE(test_missing_rank_times_out),
       BT_CASE(test_two_jobs_one_store), BT_CASE(test_store_port_busy), BT_CASE(test_store_unreachable),
-      BT_CASE(test_bad_ifname_fails_at_once), BT_CASE(test_world_of_one),
+      BT_CASE(test_bad_ifname_fails_at_once), BT_CASE(test_world_of_one), BT_CASE(test_default_backend),
   };
   return bt_main(argc, argv, cases, BT_COUNT(cases));
 }

@@ -27,11 +27,13 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -130,6 +132,9 @@ void allreduce(Gloo& g, const void* s, void* r, size_t c, braid_dtype dt, braid_
 
 template <typename T>
 void reduce_scatter_t(Gloo& g, const void* buf, size_t count, braid_dtype dt, braid_op op) {
+  // The legacy algorithm counts elements in int; a larger -e must fail loudly.
+  if (count > static_cast<size_t>(INT_MAX) / static_cast<size_t>(g.n))
+    throw std::runtime_error("ReduceScatterHalvingDoubling counts elements in int: size too large");
   if (!g.rs || g.rs_ptr != buf || g.rs_count != count || g.rs_dt != dt || g.rs_op != op) {
     g.rs.reset();
     std::vector<T*> ptrs{static_cast<T*>(const_cast<void*>(buf))};

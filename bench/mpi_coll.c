@@ -18,6 +18,7 @@
  * --label NAME (or env BRAID_PERF_LABEL) names the backend column, e.g.
  * openmpi-shm / openmpi-tcp; default "mpi".
  */
+#include <limits.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -101,7 +102,12 @@ static int m_run(void *ctx, perf_op op, const void *send, void *recv, size_t cou
                  int root, int inplace) {
   mctx *m = ctx;
   const size_t esz = perf_dtype_size(dt);
-  /* MPI counts are int: the core's sizes stay far below 2 GiB per call. */
+  /* MPI counts are int; a larger -e must fail loudly, not wrap. */
+  if (count > (size_t)INT_MAX / (esz ? esz : 1)) {
+    snprintf(m->err, sizeof m->err, "%s of %zu bytes per rank: MPI counts are int, at most %d bytes here",
+             perf_op_name(op), count * esz, INT_MAX);
+    return -1;
+  }
   const int c = (int)count, cb = (int)(count * esz);
   const void *in = inplace ? MPI_IN_PLACE : send;
   switch (op) {

@@ -1,6 +1,12 @@
 /* braid-perf, run as a program on the self backend: JSON fields, sizes,
    counts, bus-bandwidth factors, exact checks for several dtypes and ops,
-   the table layout, and usage errors (exit 2 with a message). */
+   the table layout, and usage errors (exit 2 with a message). Then, in
+   process, the measurement core itself (included below so its internals are
+   reachable): the check patterns against braid's kernels in several
+   reduction orders, its dtype tables and float codecs against braid's, and
+   perf_run driven by a simulated library (call counts, wrong-element
+   counts and exit status, byte counts at several ranks). Then braid-perf
+   under braidrun on shm for every dtype/op pair at 3 and 4 ranks. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,6 +14,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../../tools/braid-perf/perf_core.c"
+#include "core/reduce.h"
 #include "harness.h"
 
 static char bin[4096];
@@ -280,12 +288,19 @@ static int test_usage_errors(void) {
       {"broadcast -r 1 -n 1", "invalid value '1' for -r"},
       {"allreduce --bogus", "--bogus: unknown option"},
       {"allreduce -n", "-n: needs a value"},
+      {"allreduce sum", "unexpected argument 'sum': OP is already 'allreduce'"},
+      {"allreduce --json=1", "--json=1: unknown option"},
   };
   for (size_t i = 0; i < BT_COUNT(cases); i++) {
     out r = run(cases[i].args, 1);
     BT_CHECK(r.status == 2, "braid-perf %s: exit %d, want 2", cases[i].args, r.status);
     BT_CHECK(strstr(r.text, cases[i].needle), "braid-perf %s: message lacks \"%s\": %s", cases[i].args,
              cases[i].needle, r.text);
+    /* Every usage error ends with the synopsis and where the full list is. */
+    BT_CHECK(strstr(r.text, "usage: braid-perf OP [options]; 'braid-perf --help' lists"),
+             "braid-perf %s: no usage sentence: %s", cases[i].args, r.text);
+    BT_CHECK(!strchr(r.text, '{') && !strstr(r.text, "# Using hosts"), "braid-perf %s: ran anyway: %s",
+             cases[i].args, r.text);
     free(r.text);
   }
   out r = run("--help", 0);
@@ -348,9 +363,649 @@ static int test_two_ranks(void) {
   return 0;
 }
 
+/* ================================================================ in process */
+
+/* Names, sizes and the defined (dtype, op) pairs agree with braid's own
+   tables, for every code braid knows: "-d" takes every braid dtype by name. */
+static int test_core_tables(void) {
+  int nbraid = 0;
+  for (int code = 0; code < 64; code++) {
+    braid_dtype dt = (braid_dtype)code;
+    size_t want = braid_dtype_size(dt);
+    BT_CHECK(perf_dtype_size(dt) == want, "dtype %d: size %zu, braid says %zu", code, perf_dtype_size(dt), want);
+    if (!want) continue;
+    nbraid++;
+    BT_CHECK(!strcmp(perf_dtype_name(dt), braid_dtype_name(dt)), "dtype %d: %s, braid says %s", code,
+             perf_dtype_name(dt), braid_dtype_name(dt));
+    braid_dtype back = BRAID_F64;
+    BT_CHECK(dtype_parse(braid_dtype_name(dt), &back) == 0 && back == dt, "-d %s not parsed", braid_dtype_name(dt));
+    for (int op = 0; op < NREDOP; op++) {
+      int braid_ok = braid__check_dtype_op(dt, (braid_op)op) == BRAID_OK;
+      const char *why = perf_redop_invalid(dt, (braid_op)op);
+      BT_CHECK(braid_ok == (why == NULL), "%s %s: braid %s it, braid-perf says %s", braid_dtype_name(dt),
+               braid_op_name((braid_op)op), braid_ok ? "defines" : "refuses", why ? why : "defined");
+    }
+  }
+  BT_CHECK(nbraid == (int)NDT, "braid has %d dtypes, braid-perf knows %d", nbraid, (int)NDT);
+  for (int op = 0; op < NREDOP; op++)
+    BT_CHECK(!strcmp(perf_redop_name((braid_op)op), braid_op_name((braid_op)op)), "op %d name", op);
+  BT_CHECK(braid_op_name((braid_op)NREDOP) == NULL, "braid has more reduction ops than braid-perf knows");
+  return 0;
+}
+
+static float dec_f16(uint32_t v) { return braid__f16_to_f32((uint16_t)v); }
+static float dec_bf16(uint32_t v) { return braid__bf16_to_f32((uint16_t)v); }
+static float dec_e4m3(uint32_t v) { return braid__e4m3_to_f32((uint8_t)v); }
+static float dec_e5m2(uint32_t v) { return braid__e5m2_to_f32((uint8_t)v); }
+static uint32_t enc_f16(float f) { return braid__f32_to_f16(f); }
+static uint32_t enc_bf16(float f) { return braid__f32_to_bf16(f); }
+static uint32_t enc_e4m3(float f) { return braid__f32_to_e4m3(f); }
+static uint32_t enc_e5m2(float f) { return braid__f32_to_e5m2(f); }
+
+/* The check's own f16/bf16/fp8 codec (expected values are rounded with it)
+   agrees with braid's conversions: every bit pattern decodes to the same
+   value, and f32 inputs (every representable value, every midpoint between
+   neighbours, the floats just around those, random bit patterns) round to
+   the same pattern. */
+static int test_core_small_floats(void) {
+  static const struct {
+    braid_dtype dt;
+    float (*dec)(uint32_t);
+    uint32_t (*enc)(float);
+  } F[] = {{BRAID_F16, dec_f16, enc_f16},
+           {BRAID_BF16, dec_bf16, enc_bf16},
+           {BRAID_FP8_E4M3, dec_e4m3, enc_e4m3},
+           {BRAID_FP8_E5M2, dec_e5m2, enc_e5m2}};
+  for (size_t i = 0; i < BT_COUNT(F); i++) {
+    const dtinfo *d = dt_find(F[i].dt);
+    const uint32_t npat = 1u << (8 * d->size);
+    for (uint32_t v = 0; v < npat; v++) {
+      double mine = mf_decode(v, d->ebits, d->mbits, d->fn);
+      float theirs = F[i].dec(v);
+      BT_CHECK((isnan(mine) && isnan(theirs)) || (mine == (double)theirs && !signbit(mine) == !signbit(theirs)),
+               "%s pattern 0x%x: braid-perf %g, braid %g", d->name, v, mine, (double)theirs);
+    }
+    unsigned long long rng = 0x5eed0000u + i;
+    for (uint32_t v = 0; v < npat + 200000u; v++) {
+      float xs[4];
+      int nx = 0;
+      if (v < npat) {
+        float x = F[i].dec(v), y = F[i].dec(v + 1 < npat ? v + 1 : v);
+        if (isnan(x) || isinf(x)) continue;
+        xs[nx++] = x;
+        if (!isnan(y) && !isinf(y) && signbit(x) == signbit(y)) {
+          float mid = (float)(((double)x + (double)y) / 2); /* exact: narrow types have far fewer bits */
+          xs[nx++] = mid;
+          xs[nx++] = nextafterf(mid, INFINITY);
+          xs[nx++] = nextafterf(mid, -INFINITY);
+        }
+      } else {
+        uint32_t bits = (uint32_t)bt_rand(&rng);
+        memcpy(&xs[0], &bits, 4);
+        if (isnan(xs[0])) continue;
+        nx = 1;
+      }
+      for (int k = 0; k < nx; k++) {
+        uint32_t mine = mf_encode(xs[k], d->ebits, d->mbits, d->fn), theirs = F[i].enc(xs[k]);
+        double dm = mf_decode(mine, d->ebits, d->mbits, d->fn), dt = mf_decode(theirs, d->ebits, d->mbits, d->fn);
+        BT_CHECK(mine == theirs || (isnan(dm) && isnan(dt)), "%s of %a: braid-perf 0x%x (%g), braid 0x%x (%g)",
+                 d->name, (double)xs[k], mine, dm, theirs, dt);
+      }
+    }
+  }
+  return 0;
+}
+
+/* One reduction of in[0..n-1] (G elements each) into res, the way some
+   implementation might do it: kind 0 braid's one-pass kernel in rank order,
+   1 the same in a shuffled order, 2 a chain of two-input steps rounded to the
+   dtype after every step (a ring), 3 a binary tree of such steps, 4 braid's
+   f32 accumulators in a shuffled order. */
+static void reduce_as(int kind, unsigned char *res, unsigned char *in, unsigned char *tmp, unsigned char *acc,
+                      const int *perm, int n, size_t G, braid_dtype dt, braid_op rop) {
+  const size_t bytes = G * perf_dtype_size(dt);
+  const void *srcs[128];
+  switch (kind) {
+  case 0:
+  case 1:
+    for (int r = 0; r < n; r++) srcs[r] = in + (size_t)(kind ? perm[r] : r) * bytes;
+    braid__reduce(res, srcs, n, G, dt, rop, n);
+    return;
+  case 2:
+    srcs[0] = in + (size_t)perm[0] * bytes;
+    braid__reduce(res, srcs, 1, G, dt, rop, 1); /* a copy, with bool normalized to 0/1 */
+    for (int r = 1; r < n; r++) braid__reduce2(res, res, in + (size_t)perm[r] * bytes, G, dt, rop);
+    break;
+  case 3:
+    for (int r = 0; r < n; r++) {
+      srcs[0] = in + (size_t)perm[r] * bytes;
+      braid__reduce(tmp + (size_t)r * bytes, srcs, 1, G, dt, rop, 1);
+    }
+    for (int step = 1; step < n; step *= 2)
+      for (int r = 0; r + step < n; r += 2 * step)
+        braid__reduce2(tmp + (size_t)r * bytes, tmp + (size_t)r * bytes, tmp + (size_t)(r + step) * bytes, G, dt,
+                       rop);
+    memcpy(res, tmp, bytes);
+    break;
+  default:
+    braid__acc_load(acc, in + (size_t)perm[0] * bytes, G, dt);
+    for (int r = 1; r < n; r++) braid__acc_reduce(acc, in + (size_t)perm[r] * bytes, G, dt, rop);
+    braid__acc_store(res, acc, G, dt, rop, n);
+    return;
+  }
+  if (rop == BRAID_AVG) braid__reduce_avg_finalize(res, G, dt, n); /* two-input steps only summed */
+}
+
+/* The check data is exact whatever the reduction order and whatever the
+   intermediate rounding: for every dtype, every op braid defines on it and
+   world sizes 1 to 100, five different reductions of the check inputs all
+   match the expected values; and the check is not vacuous: an unreduced
+   input, or the right result one element off, is caught. */
+static int test_core_check_any_order(void) {
+  static const int NS[] = {1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 33, 100};
+  unsigned long long rng = 12345;
+  for (size_t di = 0; di < NDT; di++)
+    for (int o = 0; o < NREDOP; o++) {
+      const dtinfo *d = &DT[di];
+      const braid_op rop = (braid_op)o;
+      if (perf_redop_invalid(d->dt, rop)) continue;
+      for (size_t ni = 0; ni < BT_COUNT(NS); ni++) {
+        const int n = NS[ni];
+        const size_t G = n <= 9 ? 2048 : 1024, esz = d->size, bytes = G * esz;
+        unsigned char *in = malloc((size_t)n * bytes), *tmp = malloc((size_t)n * bytes), *res = malloc(bytes);
+        unsigned char *acc = malloc(G * braid__acc_size(d->dt));
+        int perm[128];
+        BT_CHECK(in && tmp && res && acc, "out of memory");
+        pattern p;
+        pattern_init(&p, d->dt, rop, n);
+        for (int r = 0; r < n; r++)
+          for (size_t g = 0; g < G; g++) red_in(&p, r, g, in + (size_t)r * bytes + g * esz);
+        for (int kind = 0; kind < 5; kind++) {
+          for (int r = 0; r < n; r++) perm[r] = r;
+          for (int r = n - 1; r > 0; r--) { /* Fisher-Yates */
+            int k = (int)(bt_rand(&rng) % (unsigned long long)(r + 1)), t = perm[r];
+            perm[r] = perm[k];
+            perm[k] = t;
+          }
+          reduce_as(kind, res, in, tmp, acc, perm, n, G, d->dt, rop);
+          long bad = 0;
+          size_t first = G;
+          for (size_t g = 0; g < G; g++)
+            if (red_wrong(&p, g, res + g * esz)) {
+              bad++;
+              if (first == G) first = g;
+            }
+          BT_CHECK(bad == 0, "%s %s at %d ranks, reduction kind %d: %ld of %zu elements differ (first %zu)",
+                   d->name, perf_redop_name(rop), n, kind, bad, G, first);
+        }
+        if (n >= 2) {
+          long unreduced = 0, shifted = 0;
+          for (size_t g = 0; g < G; g++) unreduced += red_wrong(&p, g, in + g * esz);
+          for (size_t g = 0; g + 1 < G; g++) shifted += red_wrong(&p, g, res + (g + 1) * esz);
+          BT_CHECK(unreduced > 0, "%s %s at %d ranks: rank 0's input passes as the result", d->name,
+                   perf_redop_name(rop), n);
+          /* Only the float AVG fallback (sum 0 everywhere) has one result for
+             every element; it still catches a missing or extra contribution. */
+          int uniform = rop == BRAID_AVG && p.avg_mode == 0 && d->kind != K_SINT && d->kind != K_UINT;
+          BT_CHECK(uniform || shifted > 0, "%s %s at %d ranks: a result one element off passes", d->name,
+                   perf_redop_name(rop), n);
+        }
+        pattern_free(&p);
+        free(in);
+        free(tmp);
+        free(res);
+        free(acc);
+      }
+    }
+  return 0;
+}
+
+/* ---------------------------------------------------------- simulated library */
+
+/* Rank `rank` of a world of n, in one process: the other ranks' inputs are
+   the check patterns, generated where a real library would receive them. */
+typedef struct mock {
+  int rank, n;
+  unsigned places;
+  long calls;    /* calls of the operation under test */
+  int corrupt;   /* the operation under test gets this many result elements wrong */
+  int fail;      /* the operation under test fails */
+  long sleep_us; /* each call of the operation under test lasts at least this long */
+} mock;
+
+/* The core's own calls: MAX of the times, SUM of #wrong, broadcast of the
+   iteration count, all-gather of the host lines (80 bytes a rank). */
+static int mock_internal(perf_op op, size_t count, braid_dtype dt) {
+  return (op == PERF_ALLREDUCE && count == 1 && (dt == BRAID_F64 || dt == BRAID_I64)) ||
+         (op == PERF_BROADCAST && count == 1 && dt == BRAID_I64) ||
+         (op == PERF_ALLGATHER && count == 80 && dt == BRAID_U8);
+}
+
+static unsigned mock_placements(void *ctx, perf_op op) {
+  (void)op;
+  return ((mock *)ctx)->places;
+}
+
+static int mock_run(void *ctx, perf_op op, const void *send, void *recv, size_t count, braid_dtype dt, braid_op rop,
+                    int root, int inplace) {
+  mock *m = ctx;
+  const int n = m->n, me = m->rank;
+  const size_t esz = perf_dtype_size(dt);
+  (void)inplace;
+  if (mock_internal(op, count, dt)) {
+    if (op == PERF_ALLGATHER)
+      for (int r = 0; r < n; r++)
+        if (r != me) memcpy((char *)recv + (size_t)r * count, (char *)recv + (size_t)me * count, count);
+    return 0; /* in place: the other ranks add 0 and agree on the rest */
+  }
+  m->calls++;
+  if (m->fail) return -1;
+  if (m->sleep_us > 0) {
+    double until = now_s() + (double)m->sleep_us * 1e-6;
+    while (now_s() < until) usleep(100);
+  }
+  const dtinfo *d = dt_find(dt);
+  unsigned char *res = recv;
+  size_t nres = count;
+  switch (op) {
+  case PERF_ALLREDUCE:
+  case PERF_REDUCE_SCATTER: {
+    pattern p;
+    pattern_init(&p, dt, rop, n);
+    const size_t base = op == PERF_REDUCE_SCATTER ? (size_t)me * count : 0; /* first element of the result */
+    unsigned char *others = malloc((size_t)n * count * esz + 1);
+    const void *srcs[128];
+    if (!others) return -1;
+    for (int r = 0; r < n; r++) {
+      if (r == me) {
+        srcs[r] = (const unsigned char *)send + base * esz;
+        continue;
+      }
+      for (size_t j = 0; j < count; j++) red_in(&p, r, base + j, others + ((size_t)r * count + j) * esz);
+      srcs[r] = others + (size_t)r * count * esz;
+    }
+    braid__reduce(recv, srcs, n, count, dt, rop, n);
+    free(others);
+    pattern_free(&p);
+    break;
+  }
+  case PERF_ALLGATHER:
+    for (int r = 0; r < n; r++) {
+      unsigned char *blk = res + (size_t)r * count * esz;
+      if (r == me) {
+        if (blk != send) memcpy(blk, send, count * esz);
+      } else {
+        for (size_t j = 0; j < count; j++) mv_in(d, r, j, blk + j * esz);
+      }
+    }
+    nres = count * (size_t)n;
+    break;
+  case PERF_BROADCAST:
+    if (me != root)
+      for (size_t j = 0; j < count; j++) mv_in(d, root, j, res + j * esz);
+    break;
+  case PERF_SENDRECV: {
+    int prev = (me - 1 + n) % n;
+    if (prev == me) memcpy(recv, send, count * esz);
+    else
+      for (size_t j = 0; j < count; j++) mv_in(d, prev, j, res + j * esz);
+    break;
+  }
+  default: nres = 0; break;
+  }
+  for (int k = 0; k < m->corrupt && (size_t)k < nres; k++) res[(size_t)k * esz] ^= 1; /* lowest bit of element k */
+  return 0;
+}
+
+static int mock_ok(void *ctx) {
+  (void)ctx;
+  return 0;
+}
+
+static const char *mock_error(void *ctx) {
+  (void)ctx;
+  return "mock failure";
+}
+
+static perf_layer mock_layer(mock *m, const char *backend) {
+  perf_layer L = {.backend = backend, .library = "mock 1.0", .rank = m->rank, .nranks = m->n, .ctx = m,
+                  .placements = mock_placements, .unsupported = NULL, .run = mock_run, .complete = mock_ok,
+                  .barrier = mock_ok, .last_error = mock_error, .describe = NULL, .rs_inplace_result_at_start = 0};
+  return L;
+}
+
+/* Parses "OP options" as braid-perf would and runs the core with L; returns
+   its stdout (caller frees) and sets *rc to its exit status. */
+static char *run_core(const char *args, perf_layer *L, int *rc) {
+  char buf[512];
+  snprintf(buf, sizeof buf, "braid-perf %s", args);
+  char *argv[64];
+  int argc = 0;
+  char *save = NULL;
+  for (char *t = strtok_r(buf, " ", &save); t && argc < 63; t = strtok_r(NULL, " ", &save)) argv[argc++] = t;
+  argv[argc] = NULL;
+  perf_args a;
+  *rc = perf_parse_args(argc, argv, &a, "braid-perf", 0);
+  if (*rc >= 0) return strdup("");
+  fflush(stdout);
+  FILE *tmp = tmpfile();
+  if (!tmp) return NULL;
+  int saved = dup(1);
+  dup2(fileno(tmp), 1);
+  *rc = perf_run(&a, L);
+  fflush(stdout);
+  dup2(saved, 1);
+  close(saved);
+  fseek(tmp, 0, SEEK_END);
+  long len = ftell(tmp);
+  rewind(tmp);
+  char *text = malloc((size_t)len + 1);
+  size_t got = text ? fread(text, 1, (size_t)len, tmp) : 0;
+  if (text) text[got] = 0;
+  fclose(tmp);
+  return text;
+}
+
+/* Counts JSON lines of text and checks field key of each equals want. */
+static int json_rows(const char *text, const char *key, double want, int *rows) {
+  *rows = 0;
+  for (const char *p = text; (p = strchr(p, '{')) != NULL; p++) {
+    BT_CHECK(jnum(p, key) == want, "%s: want %g in %.300s", key, want, p);
+    (*rows)++;
+  }
+  return 0;
+}
+
+/* With -n and -w the operation runs exactly warm-up + iterations (+1 when
+   checking) times per size and placement. */
+static int test_core_call_counts(void) {
+  mock m = {0, 1, PERF_OOP | PERF_INPLACE, 0, 0, 0, 0};
+  perf_layer L = mock_layer(&m, "mock");
+  int rc, rows;
+  char *t = run_core("allreduce --json -b 64 -e 64 -n 7 -w 3", &L, &rc);
+  BT_CHECK(rc == 0 && m.calls == 2 * (3 + 7 + 1), "exit %d, %ld calls, want 22", rc, m.calls);
+  BT_CHECK(json_rows(t, "wrong", 0, &rows) == 0 && rows == 2, "%d rows: %s", rows, t);
+  BT_CHECK(json_rows(t, "count", 16, &rows) == 0 && rows == 2, "count: %s", t);
+  free(t);
+  m.calls = 0;
+  t = run_core("reduce_scatter --json -b 64 -e 256 -n 5 -w 0 -c 0", &L, &rc);
+  BT_CHECK(rc == 0 && m.calls == 3 * 2 * 5, "-c 0: exit %d, %ld calls, want 30", rc, m.calls);
+  BT_CHECK(strstr(t, "\"wrong\":null") && !strstr(t, "\"wrong\":0"), "-c 0: %s", t);
+  free(t);
+  m.calls = 0;
+  t = run_core("barrier --json -n 5 -w 2", &L, &rc);
+  BT_CHECK(rc == 0 && m.calls == 7, "barrier: exit %d, %ld calls, want 7", rc, m.calls);
+  BT_CHECK(json_rows(t, "size", 0, &rows) == 0 && rows == 1, "barrier rows: %s", t);
+  free(t);
+  return 0;
+}
+
+/* Without -n the count follows --time: with calls of at least 2 ms and a
+   0.02 s target, one probe call, then 3..10 timed calls (never more: each
+   lasts 2 ms or longer), one extra warm-up call and the check. */
+static int test_core_adaptive(void) {
+  mock m = {0, 1, PERF_INPLACE, 0, 0, 0, 2000};
+  perf_layer L = mock_layer(&m, "mock");
+  int rc;
+  char *t = run_core("allreduce -b 64 -e 64 -w 0 --time 0.02", &L, &rc);
+  BT_CHECK(rc == 0, "exit %d", rc);
+  BT_CHECK(m.calls >= 1 + 3 + 1 + 1 && m.calls <= 1 + 10 + 1 + 1, "%ld calls, want 6..13", m.calls);
+  BT_CHECK(strstr(t, "iters: adaptive (~0.02 s per size)"), "header: %s", t);
+  free(t);
+  return 0;
+}
+
+/* Wrong elements are counted one by one, in the rows, the footer and the
+   exit status, for every operation, whatever the dtype. */
+static int test_core_wrong(void) {
+  static const char *const ops[] = {"allreduce", "reduce_scatter", "allgather", "broadcast", "sendrecv"};
+  mock m = {0, 1, PERF_OOP | PERF_INPLACE, 0, 3, 0, 0};
+  perf_layer L = mock_layer(&m, "mock");
+  int rc, rows;
+  for (size_t i = 0; i < BT_COUNT(ops); i++) {
+    char args[128];
+    snprintf(args, sizeof args, "%s --json -b 64 -e 256 -n 1 -w 0", ops[i]);
+    char *t = run_core(args, &L, &rc);
+    BT_CHECK(rc == PERF_EXIT_WRONG, "%s: exit %d, want %d", ops[i], rc, PERF_EXIT_WRONG);
+    BT_CHECK(json_rows(t, "wrong", 3, &rows) == 0 && rows == 6, "%s: %d rows: %s", ops[i], rows, t);
+    free(t);
+    snprintf(args, sizeof args, "%s -b 64 -e 256 -n 1 -w 0", ops[i]);
+    t = run_core(args, &L, &rc);
+    BT_CHECK(rc == PERF_EXIT_WRONG && strstr(t, "# Wrong elements       : 18 FAILED"), "%s table: %s", ops[i], t);
+    free(t);
+  }
+  static const char *const dts[] = {"bf16", "fp8_e4m3", "fp8_e5m2", "bool", "c128", "i8", "u64"};
+  m.corrupt = 1;
+  for (size_t i = 0; i < BT_COUNT(dts); i++) {
+    char args[128];
+    snprintf(args, sizeof args, "allreduce --json -b 64 -e 64 -n 1 -w 0 -d %s -o %s", dts[i],
+             strcmp(dts[i], "bool") ? "avg" : "max");
+    char *t = run_core(args, &L, &rc);
+    BT_CHECK(rc == PERF_EXIT_WRONG && json_rows(t, "wrong", 1, &rows) == 0 && rows == 2, "%s: exit %d: %s", dts[i],
+             rc, t);
+    free(t);
+  }
+  /* Not checked: nothing counted, exit 0. */
+  char *t = run_core("allreduce --json -b 64 -e 64 -n 1 -w 0 -c 0", &L, &rc);
+  BT_CHECK(rc == 0 && strstr(t, "\"wrong\":null"), "-c 0: exit %d: %s", rc, t);
+  free(t);
+  return 0;
+}
+
+/* As rank 0 of 2 to 5 ranks: sizes, counts and bus factors per operation
+   (all-gather and reduce-scatter count the whole n-rank buffer), the check
+   of the other ranks' blocks, and the root. */
+static int test_core_many_ranks(void) {
+  for (int n = 2; n <= 5; n++) {
+    mock m = {0, n, PERF_OOP | PERF_INPLACE, 0, 0, 0, 0};
+    perf_layer L = mock_layer(&m, "mock");
+    const double nn = n;
+    const struct {
+      const char *args;
+      size_t size, count;
+      double factor;
+    } c[] = {
+        {"allreduce -b 100 -e 100 -d f32", 100, 25, 2 * (nn - 1) / nn},
+        {"allreduce -b 100 -e 100 -d bf16 -o avg", 100, 50, 2 * (nn - 1) / nn},
+        {"allreduce -b 100 -e 100 -d fp8_e5m2 -o prod", 100, 100, 2 * (nn - 1) / nn},
+        {"allreduce -b 100 -e 100 -d c64 -o sum", 96, 12, 2 * (nn - 1) / nn},
+        {"reduce_scatter -b 100 -e 100 -d f32", 100 / (4 * (size_t)n) * 4 * (size_t)n, 100 / (4 * (size_t)n),
+         (nn - 1) / nn},
+        {"reduce_scatter -b 100 -e 100 -d i16 -o min", 100 / (2 * (size_t)n) * 2 * (size_t)n, 100 / (2 * (size_t)n),
+         (nn - 1) / nn},
+        {"allgather -b 100 -e 100 -d f32", 100 / (4 * (size_t)n) * 4 * (size_t)n, 100 / (4 * (size_t)n),
+         (nn - 1) / nn},
+        {"broadcast -b 100 -e 100 -d u8", 100, 100, 1},
+        {"sendrecv -b 100 -e 100 -d f64", 96, 12, 1},
+    };
+    for (size_t i = 0; i < BT_COUNT(c); i++) {
+      char args[256];
+      snprintf(args, sizeof args, "%s --json -n 2 -w 0 -r %d", c[i].args, n - 1);
+      int rc, rows = 0;
+      char *t = run_core(args, &L, &rc);
+      BT_CHECK(rc == 0, "%d ranks, %s: exit %d", n, args, rc);
+      for (const char *p = t; (p = strchr(p, '{')) != NULL; p++, rows++) {
+        double tu = jnum(p, "time_us"), alg = jnum(p, "algbw"), bus = jnum(p, "busbw");
+        BT_CHECK(jnum(p, "nranks") == n && jnum(p, "wrong") == 0, "%s: %.300s", args, p);
+        BT_CHECK(jnum(p, "size") == (double)c[i].size && jnum(p, "count") == (double)c[i].count,
+                 "%d ranks, %s: want size %zu count %zu: %.300s", n, args, c[i].size, c[i].count, p);
+        BT_CHECK(jnum(p, "root") == (strstr(args, "broadcast") ? n - 1 : -1), "root: %.300s", p);
+        BT_CHECK(fabs(alg - (double)c[i].size / (tu * 1e-6) / 1e9) <= 1e-4 * alg, "algbw: %.300s", p);
+        /* Both figures are printed to 6 significant digits. */
+        BT_CHECK(fabs(bus - alg * c[i].factor) <= 1e-5 * bus, "busbw factor %g: %.300s", c[i].factor, p);
+      }
+      BT_CHECK(rows == 2, "%d ranks, %s: %d rows: %s", n, args, rows, t);
+      free(t);
+    }
+    /* A root beyond the world is a usage error. */
+    char args[64];
+    snprintf(args, sizeof args, "broadcast --json -n 1 -r %d", n);
+    int rc;
+    char *t = run_core(args, &L, &rc);
+    BT_CHECK(rc == PERF_EXIT_USAGE && !strchr(t, '{'), "-r %d at %d ranks: exit %d", n, n, rc);
+    free(t);
+  }
+  return 0;
+}
+
+/* A failing library call ends the run with exit 3 and a sentence naming the
+   rank, backend, operation and the library's message. */
+static int test_core_library_error(void) {
+  FILE *err = tmpfile();
+  BT_CHECK(err, "tmpfile");
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  BT_CHECK(pid >= 0, "fork");
+  if (pid == 0) {
+    dup2(fileno(err), 2);
+    mock m = {0, 1, PERF_INPLACE, 0, 0, 1, 0};
+    perf_layer L = mock_layer(&m, "mock");
+    int rc;
+    free(run_core("allreduce -b 64 -e 64 -n 1", &L, &rc));
+    _exit(100 + rc); /* not reached: the failure exits */
+  }
+  int st = 0;
+  waitpid(pid, &st, 0);
+  char msg[512] = {0};
+  rewind(err);
+  size_t k = fread(msg, 1, sizeof msg - 1, err);
+  msg[k] = 0;
+  fclose(err);
+  BT_CHECK(WIFEXITED(st) && WEXITSTATUS(st) == PERF_EXIT_ERROR, "status %d, want exit 3", st);
+  BT_CHECK(strstr(msg, "braid-perf (rank 0, mock): allreduce failed: mock failure"), "message: %s", msg);
+  return 0;
+}
+
+/* The backend name is a JSON string even when a label has quotes in it. */
+static int test_core_json_string(void) {
+  mock m = {0, 1, PERF_INPLACE, 0, 0, 0, 0};
+  perf_layer L = mock_layer(&m, "a\"b\\c\td");
+  int rc;
+  char *t = run_core("barrier --json -n 1", &L, &rc);
+  BT_CHECK(rc == 0 && strstr(t, "\"backend\":\"a\\\"b\\\\c\\u0009d\","), "%s", t);
+  free(t);
+  return 0;
+}
+
+/* ---------------------------------------------------------- several ranks on shm */
+
+static int braidrun_path(char *path, size_t len) {
+  snprintf(path, len, "%s", bin);
+  char *slash = strstr(path, "/tools/braid-perf/braid-perf");
+  if (!slash) return -1;
+  strcpy(slash, "/tools/braidrun/braidrun");
+  return access(path, X_OK);
+}
+
+static int shm_built(void) {
+  char cmd[8192];
+  snprintf(cmd, sizeof cmd, "env BRAID_BACKEND=shm BRAID_RANK=0 BRAID_WORLD_SIZE=1 '%s' barrier -n 1 2>&1", bin);
+  FILE *p = popen(cmd, "r");
+  if (!p) return 0;
+  char buf[4096];
+  size_t k = fread(buf, 1, sizeof buf - 1, p);
+  buf[k] = 0;
+  pclose(p);
+  return strstr(buf, "unknown backend") == NULL;
+}
+
+/* Runs cmd and returns its stdout (caller frees); *status: exit status or -1. */
+static char *run_shell(const char *cmd, int *status) {
+  FILE *p = popen(cmd, "r");
+  *status = -1;
+  if (!p) return NULL;
+  size_t cap = 1 << 16, len = 0;
+  char *text = malloc(cap);
+  for (;;) {
+    if (len + 4096 + 1 > cap) text = realloc(text, cap *= 2);
+    size_t k = fread(text + len, 1, 4096, p);
+    if (!k) break;
+    len += k;
+  }
+  text[len] = 0;
+  int st = pclose(p);
+  *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return text;
+}
+
+/* Every dtype/op pair braid defines, every operation, at 3 and 4 ranks on
+   shm with a small staging buffer so the larger sizes take several rounds:
+   all exact (#wrong 0), every pair present. */
+static int test_shm_every_pair(void) {
+  char braidrun[4200];
+  if (!have_bin || braidrun_path(braidrun, sizeof braidrun) != 0 || !shm_built()) {
+    printf("  (braidrun or the shm backend not built: skipped)\n");
+    return 0;
+  }
+  int want = 0; /* (op, dtype, redop) combinations */
+  for (size_t di = 0; di < NDT; di++)
+    for (int o = 0; o < NREDOP; o++) want += 2 * !perf_redop_invalid(DT[di].dt, (braid_op)o);
+  want += 3 * (int)NDT + 1; /* broadcast, allgather, sendrecv per dtype; barrier */
+  for (int n = 3; n <= 4; n++) {
+    char cmd[9000];
+    snprintf(cmd, sizeof cmd,
+             "env -u BRAID_STORE -u BRAID_TOKEN BRAID_SHM_BUFFER=64K '%s' -n %d --backend shm --timeout 120 -- '%s' "
+             "all --json -d all -o all -b 16 -e 128K -f 8 -n 1 -w 0 2>&1",
+             braidrun, n, bin);
+    int st;
+    char *t = run_shell(cmd, &st);
+    BT_CHECK(t && st == 0, "%d ranks: exit %d: %.2000s", n, st, t ? t : "");
+    char seen[16384] = "|";
+    int combos = 0, rows = 0;
+    double largest = 0;
+    for (char *p = t; (p = strchr(p, '{')) != NULL; p++, rows++) {
+      char op[32], dt[32], rop[32], key[128];
+      BT_CHECK(jfield(p, "op", op, sizeof op) == 0 && jfield(p, "dtype", dt, sizeof dt) == 0 &&
+                   jfield(p, "redop", rop, sizeof rop) == 0,
+               "row: %.300s", p);
+      BT_CHECK(jnum(p, "nranks") == n && jnum(p, "wrong") == 0, "%d ranks: %.300s", n, p);
+      if (jnum(p, "size") > largest) largest = jnum(p, "size");
+      snprintf(key, sizeof key, "|%s %s %s|", op, dt, rop);
+      if (!strstr(seen, key) && strlen(seen) + strlen(key) < sizeof seen) {
+        strcat(seen, key + 1);
+        combos++;
+      }
+    }
+    BT_CHECK(combos == want, "%d ranks: %d (op, dtype, redop) combinations in %d rows, want %d", n, combos, rows,
+             want);
+    BT_CHECK(largest >= 64 * 1024, "largest size %g: no multi-round transfer", largest);
+    free(t);
+  }
+  return 0;
+}
+
+/* The table header on shm: backend, world size, every rank's host, the
+   backend's settings from the environment, and never the job token. */
+static int test_shm_header(void) {
+  char braidrun[4200];
+  if (!have_bin || braidrun_path(braidrun, sizeof braidrun) != 0 || !shm_built()) {
+    printf("  (braidrun or the shm backend not built: skipped)\n");
+    return 0;
+  }
+  char cmd[9000];
+  snprintf(cmd, sizeof cmd,
+           "env -u BRAID_STORE -u BRAID_TOKEN BRAID_SHM_BUFFER=64K BRAID_SHM_CMA=0 '%s' -n 2 --backend shm "
+           "--timeout 60 -- '%s' allreduce -b 8 -e 64 -n 1 -w 0 2>&1",
+           braidrun, bin);
+  int st;
+  char *t = run_shell(cmd, &st);
+  BT_CHECK(t && st == 0, "exit %d: %s", st, t ? t : "");
+  const char *must[] = {"backend shm, 2 ranks", "#  Rank  0 Pid", "#  Rank  1 Pid", "# algorithm: not reported",
+                        "# settings: ", "BRAID_SHM_BUFFER=64K", "BRAID_SHM_CMA=0", "# Avg bus bandwidth"};
+  for (size_t i = 0; i < BT_COUNT(must); i++) BT_CHECK(strstr(t, must[i]), "header lacks \"%s\":\n%s", must[i], t);
+  BT_CHECK(!strstr(t, "BRAID_TOKEN") && !strstr(t, "BRAID_STORE"), "header shows launcher variables:\n%s", t);
+  free(t);
+  return 0;
+}
+
 static const bt_case cases[] = {
-    BT_CASE(test_json_every_op_and_dtype), BT_CASE(test_json_redops), BT_CASE(test_table),
-    BT_CASE(test_adaptive),                BT_CASE(test_usage_errors), BT_CASE(test_two_ranks),
+    BT_CASE(test_json_every_op_and_dtype), BT_CASE(test_json_redops),      BT_CASE(test_table),
+    BT_CASE(test_adaptive),                BT_CASE(test_usage_errors),     BT_CASE(test_two_ranks),
+    BT_CASE(test_core_tables),             BT_CASE(test_core_small_floats), BT_CASE(test_core_check_any_order),
+    BT_CASE(test_core_call_counts),        BT_CASE(test_core_adaptive),    BT_CASE(test_core_wrong),
+    BT_CASE(test_core_many_ranks),         BT_CASE(test_core_library_error), BT_CASE(test_core_json_string),
+    BT_CASE(test_shm_every_pair),          BT_CASE(test_shm_header),
 };
 
 int main(int argc, char **argv) {

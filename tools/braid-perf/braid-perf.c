@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "braid.h"
 #include "perf_core.h"
@@ -78,20 +79,50 @@ static int b_barrier(void *ctx) {
   return b_check(b, braid_barrier(b->c));
 }
 
+/* Settings of the backend's own variables (BRAID_<BACKEND>_*), which steer
+   its choices; nothing else from the environment (BRAID_TOKEN is a secret). */
+static void print_backend_settings(const char *be, FILE *out) {
+  char prefix[64];
+  int len = snprintf(prefix, sizeof prefix, "BRAID_%s_", be);
+  if (len <= 0 || (size_t)len >= sizeof prefix) return;
+  for (char *p = prefix; *p; p++)
+    if (*p >= 'a' && *p <= 'z') *p = (char)(*p - 'a' + 'A');
+  int any = 0;
+  for (char **e = environ; *e; e++)
+    if (!strncmp(*e, prefix, (size_t)len)) {
+      fprintf(out, "%s %s", any ? "" : "# settings:", *e);
+      any = 1;
+    }
+  fprintf(out, "%s\n", any ? "" : "# settings: defaults (no BRAID_ variables of this backend set)");
+}
+
 static void b_describe(void *ctx, perf_op op, FILE *out) {
   bctx *b = ctx;
   (void)op;
   const char *be = braid_backend(b->c);
-  if (!strcmp(be, "self"))
+  if (!strcmp(be, "self")) {
     fprintf(out, "# algorithm: backend self is one rank: local copy / single-input reduction, no communication\n");
-  else
-    fprintf(out, "# algorithm: not reported (braid's API does not expose the algorithm backend %s picks)\n", be);
+    return;
+  }
+  /* braid.h has no query for the algorithm or transfer path a backend picks
+     per size; the backend's log (BRAID_LOG=info) names what it set up. */
+  fprintf(out, "# algorithm: not reported (braid's API does not expose the choice backend %s makes per size;\n"
+               "#   BRAID_LOG=info logs what the backend set up at init)\n", be);
+  print_backend_settings(be, out);
 }
 
 int main(int argc, char **argv) {
-  /* Usage errors are printed by rank 0 only (every rank parses the same argv). */
-  const char *env_rank = getenv("BRAID_RANK");
-  int quiet = env_rank && strcmp(env_rank, "0") != 0;
+  /* Usage errors are printed by rank 0 only (every rank parses the same argv);
+     under mpirun the launcher's rank variable says which rank this is. */
+  static const char *const rank_vars[] = {"BRAID_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"};
+  int quiet = 0;
+  for (size_t i = 0; i < sizeof rank_vars / sizeof rank_vars[0]; i++) {
+    const char *v = getenv(rank_vars[i]);
+    if (v && *v) {
+      quiet = strcmp(v, "0") != 0;
+      break;
+    }
+  }
   perf_args a;
   int rc = perf_parse_args(argc, argv, &a, "braid-perf", quiet);
   if (rc >= 0) return rc;

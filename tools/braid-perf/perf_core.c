@@ -234,7 +234,7 @@ static int usage_error(const perf_args *a, int quiet, const char *opt, const cha
       fprintf(stderr, "%s: invalid value '%s' for %s: %s\n", a->prog, val, opt, want);
     else
       fprintf(stderr, "%s: %s: %s\n", a->prog, opt, want);
-    fprintf(stderr, "Try '%s --help'.\n", a->prog);
+    fprintf(stderr, "usage: %s OP [options]; '%s --help' lists OPs and options.\n", a->prog, a->prog);
   }
   return PERF_EXIT_USAGE;
 }
@@ -296,7 +296,12 @@ int perf_parse_args(int argc, char **argv, perf_args *a, const char *prog, int q
       continue;
     }
     if (arg[0] != '-' || !arg[1]) {
-      if (opname) return usage_error(a, quiet, "OP", arg, "only one OP may be given");
+      if (opname) {
+        char what[96], why[128];
+        snprintf(what, sizeof what, "unexpected argument '%.60s'", arg);
+        snprintf(why, sizeof why, "OP is already '%.60s' (one OP per run; 'all' runs each in turn)", opname);
+        return usage_error(a, quiet, what, NULL, why);
+      }
       opname = arg;
       continue;
     }
@@ -527,7 +532,8 @@ typedef struct pattern {
   int n;
   /* floats */
   long sum_vmax;          /* SUM: per-rank values 0..vmax; 0: one contributor per element */
-  int avg_mode;           /* 2: w + spike n*u; 1: one contributor of value n; 0: zeros */
+  int avg_mode;           /* 2: w + spike n*u; 3: w on every rank or +v and -v; 1: one contributor of
+                             value n; 0: +v and -v */
   long avg_wmax, avg_umax;
   /* integers */
   int bits;
@@ -569,9 +575,8 @@ static void pattern_init(pattern *p, braid_dtype dt, braid_op rop, int n) {
       p->avg_wmax = 1;
       p->avg_umax = k - 1 >= 3 ? 3 : (long)k - 1;
     } else if (k >= 1) {
-      p->avg_mode = 2;
+      p->avg_mode = 3;
       p->avg_wmax = 1;
-      p->avg_umax = 0;
     } else {
       p->avg_mode = fround(p->lane, n) == n ? 1 : 0;
     }
@@ -627,14 +632,18 @@ static double pround(const pattern *p, double x) {
   return pload(p, tmp);
 }
 
+/* The rank holding element x's extreme value (MIN/MAX) or its lone input. */
+static int pick_rank(const pattern *p, uint64_t x) { return (int)(mix64(x ^ 0x5ca1ab1eull) % (uint64_t)p->n); }
+
 /* Real input of rank r for lane index x (element g of a real type, or
-   2g + part of a complex one). */
+   2g + part of a complex one). Every pattern makes the result vary from
+   element to element at any world size, so a misplaced block is caught. */
 static double fval(const pattern *p, int r, uint64_t x) {
   const int n = p->n;
   switch (p->rop) {
   case BRAID_SUM:
-    if (p->sum_vmax > 0) return (double)((x + 3u * (uint64_t)r) % (uint64_t)(p->sum_vmax + 1));
-    return (uint64_t)r == x % (uint64_t)n ? 1.0 : 0.0;
+    if (p->sum_vmax > 0) return (double)(hash2(r, x) % (uint64_t)(p->sum_vmax + 1));
+    return r == pick_rank(p, x) ? (double)(1 + x % 3) : 0.0; /* one contributor: sums are 0 or it */
   case BRAID_AVG:
     if (p->avg_mode == 2) {
       double w = (double)(x % (uint64_t)(p->avg_wmax + 1));
@@ -642,6 +651,13 @@ static double fval(const pattern *p, int r, uint64_t x) {
       return w + ((uint64_t)r == x % (uint64_t)n ? n * u : 0.0);
     }
     if (p->avg_mode == 1) return ((uint64_t)r == x % (uint64_t)n && (x / (uint64_t)n) % 2) ? (double)n : 0.0;
+    /* Only n itself fits (3), or not even n (0): +v and -v on two ranks, so
+       every partial sum is 0 or +-v and the average 0, which still shows a
+       lost or doubled input; in mode 3 every third element is w on every
+       rank (sum n*w) so the results vary along the buffer. */
+    if (p->avg_mode == 3 && x % 3 == 0) return (double)((x / 3) % 2);
+    if ((uint64_t)r == x % (uint64_t)n) return (double)(1 + (x / (uint64_t)n) % 3);
+    if ((uint64_t)r == (x + 1) % (uint64_t)n) return -(double)(1 + (x / (uint64_t)n) % 3);
     return 0.0;
   case BRAID_PROD: {
     double f = (uint64_t)r == x % (uint64_t)n ? 2.0 : 1.0;
@@ -649,8 +665,12 @@ static double fval(const pattern *p, int r, uint64_t x) {
     if (x % 11 == 7 && (uint64_t)r == (x / 11) % (uint64_t)n) f = 0.0;
     return f;
   }
-  default: /* MIN, MAX */
-    return (double)((x * 7 + 3u * (uint64_t)r) % 11) - 5.0;
+  default: { /* MIN, MAX: one rank holds base in [-4, 4], the others lie 1..3 beyond it (|v| <= 7: exact in fp8) */
+    double base = (double)((x * 7) % 9) - 4.0;
+    if (r == pick_rank(p, x)) return base;
+    double off = (double)(1 + hash2(r, x) % 3);
+    return p->rop == BRAID_MIN ? base + off : base - off;
+  }
   }
 }
 
@@ -670,26 +690,44 @@ static void cprod_val(const pattern *p, int r, uint64_t g, double *re, double *i
 static uint64_t ival(const pattern *p, int r, uint64_t g) {
   const int sgn = p->d->kind == K_SINT;
   const int hs = p->bits - 4;
+  const uint64_t h = hash2(r, g);
   int64_t v;
   switch (p->rop) {
   case BRAID_SUM:
-  case BRAID_AVG:
-    v = (int64_t)((g * 5 + 3u * (uint64_t)r) % 7) - (sgn ? 3 : 0);
-    v += (int64_t)((g + (uint64_t)r) % 3) * ((int64_t)1 << hs);
+  case BRAID_AVG: /* small values and high bits, so sums carry into the top and wrap */
+    v = (int64_t)(h % 7) - (sgn ? 3 : 0);
+    v += (int64_t)((h >> 8) % 3) * ((int64_t)1 << hs);
     break;
-  case BRAID_PROD:
-    v = sgn ? (int64_t)((g * 3 + (uint64_t)r) % 5) - 2 : (int64_t)((g * 3 + (uint64_t)r) % 5) + 1;
+  case BRAID_PROD: { /* odd factors +-1, +-3 (unsigned 1, 3, 5, 7): products wrap but never
+                        vanish, whatever the world size; one zero now and then */
+    static const int64_t sf[4] = {1, -1, 3, -3};
+    v = sgn ? sf[h % 4] : (int64_t)(2 * (h % 4) + 1);
     if (g % 17 == 5 && (uint64_t)r == (g / 17) % (uint64_t)p->n) v = 0;
     break;
+  }
   case BRAID_MIN:
   case BRAID_MAX: {
-    v = (int64_t)((g * 7 + 3u * (uint64_t)r) % 11) - (sgn ? 5 : 0);
-    int64_t hi = (int64_t)((g + 2u * (uint64_t)r) % 3) - (sgn ? 1 : 0);
-    v += hi * ((int64_t)1 << hs);
+    /* One rank holds base; the others lie beyond it by 1..3, half of them
+       also by 2^hs, so comparisons must look at the high bits. Bounds: signed
+       |v| <= 2^(hs+1) + 8, unsigned 1 <= v < 2^(hs+2) + 18, no wrap. */
+    int64_t hi = (int64_t)(g % 3) + (sgn ? -1 : 1);
+    int64_t base = (int64_t)((g * 7) % 11) - (sgn ? 5 : -4) + hi * ((int64_t)1 << hs);
+    if (r == pick_rank(p, g)) {
+      v = base;
+    } else {
+      int64_t off = 1 + (int64_t)(h % 3) + (int64_t)((h >> 8) & 1) * ((int64_t)1 << hs);
+      v = p->rop == BRAID_MIN ? base + off : base - off;
+    }
     break;
   }
-  default: /* bitwise */
-    return hash2(r, g) & p->mask;
+  default: {
+    if (p->rop == BRAID_BXOR) return h & p->mask;
+    /* One rank holds t; the others t with random bits added (BAND) or
+       removed (BOR), so the result is t at any world size. */
+    const uint64_t t = mix64(g ^ 0xb175ull);
+    if (r == pick_rank(p, g)) return t & p->mask;
+    return (p->rop == BRAID_BAND ? t | h : t & h) & p->mask;
+  }
   }
   return (uint64_t)v & p->mask;
 }
@@ -1082,14 +1120,39 @@ static void print_row(const perf_args *a, perf_op op, braid_dtype dt, braid_op r
   fflush(stdout);
 }
 
+/* s as a JSON string: the backend name may be a user's --label. */
+static void json_string(char *out, size_t len, const char *s) {
+  size_t o = 0;
+  if (len < 3) {
+    if (len) out[0] = 0;
+    return;
+  }
+  out[o++] = '"';
+  for (; *s && o + 8 < len; s++) {
+    unsigned char ch = (unsigned char)*s;
+    if (ch == '"' || ch == '\\') {
+      out[o++] = '\\';
+      out[o++] = (char)ch;
+    } else if (ch < 0x20) {
+      o += (size_t)snprintf(out + o, len - o, "\\u%04x", ch);
+    } else {
+      out[o++] = (char)ch;
+    }
+  }
+  out[o++] = '"';
+  out[o] = 0;
+}
+
 static void print_json(perf_layer *L, const perf_args *a, perf_op op, braid_dtype dt, braid_op rop, size_t bytes,
                        size_t count, int inplace, const result *r) {
   char wrong[32];
   if (r->wrong < 0) snprintf(wrong, sizeof wrong, "null");
   else snprintf(wrong, sizeof wrong, "%lld", (long long)r->wrong);
-  printf("{\"op\":\"%s\",\"backend\":\"%s\",\"nranks\":%d,\"dtype\":\"%s\",\"redop\":\"%s\",\"root\":%d,"
+  char backend[256];
+  json_string(backend, sizeof backend, L->backend);
+  printf("{\"op\":\"%s\",\"backend\":%s,\"nranks\":%d,\"dtype\":\"%s\",\"redop\":\"%s\",\"root\":%d,"
          "\"size\":%zu,\"count\":%zu,\"inplace\":%s,\"time_us\":%.6g,\"algbw\":%.6g,\"busbw\":%.6g,\"wrong\":%s}\n",
-         perf_op_name(op), L->backend, L->nranks, op == PERF_BARRIER ? "none" : perf_dtype_name(dt),
+         perf_op_name(op), backend, L->nranks, op == PERF_BARRIER ? "none" : perf_dtype_name(dt),
          op_reduces(op) ? perf_redop_name(rop) : "none", op == PERF_BROADCAST ? a->root : -1, bytes, count,
          inplace ? "true" : "false", r->time_s * 1e6, r->algbw, r->busbw, wrong);
   fflush(stdout);
@@ -1174,8 +1237,10 @@ int perf_run(const perf_args *a, perf_layer *L) {
   g_prog = a->prog;
   if (a->root < 0 || a->root >= n) {
     if (L->rank == 0)
-      fprintf(stderr, "%s: invalid value '%d' for -r (root): world size is %d, so the root must be 0..%d\nTry '%s --help'.\n",
-              a->prog, a->root, n, n - 1, a->prog);
+      fprintf(stderr,
+              "%s: invalid value '%d' for -r (root): world size is %d, so the root must be 0..%d\n"
+              "usage: %s OP [options]; '%s --help' lists OPs and options.\n",
+              a->prog, a->root, n, n - 1, a->prog, a->prog);
     return PERF_EXIT_USAGE;
   }
   /* Which (dtype, redop) pairs run: explicit ones were validated by the parser. */
@@ -1208,7 +1273,9 @@ int perf_run(const perf_args *a, perf_layer *L) {
   size_t maxesz = 0;
   for (int i = 0; i < ndt; i++)
     if (perf_dtype_size(dts[i]) > maxesz) maxesz = perf_dtype_size(dts[i]);
-  size_t bufbytes = a->maxbytes + maxesz * (size_t)n + 4096;
+  int data_ops = 0;
+  for (int k = 0; a->ops[k] >= 0; k++) data_ops += a->ops[k] != PERF_BARRIER;
+  size_t bufbytes = (data_ops ? a->maxbytes : 0) + maxesz * (size_t)n + 4096; /* barrier alone moves nothing */
   unsigned char *sbuf = NULL, *rbuf = NULL;
   if (posix_memalign((void **)&sbuf, 4096, bufbytes) || posix_memalign((void **)&rbuf, 4096, bufbytes)) {
     fprintf(stderr, "%s (rank %d): out of memory for two buffers of %zu bytes\n", a->prog, L->rank, bufbytes);

@@ -572,6 +572,13 @@ static braid_status shm_init(braid_comm *c) {
   BLOG_INFO(BRAID_SUB_SHM, c->rank, "shm: %d ranks, segment %zu bytes, staging %zu bytes per rank, large transfers %s",
             s->n, s->total, s->staging,
             s->cma ? "single-copy (process_vm_readv/writev)" : "copied through shared memory");
+  char cma_from[64] = "never (no single copy)";
+  if (s->cma) snprintf(cma_from, sizeof cma_from, "from %zu bytes", s->cma_min);
+  BLOG_INFO(BRAID_SUB_SHM, c->rank,
+            "shm algorithms: up to %u bytes per rank flat slot exchange (broadcast: a ring, the root does not wait); "
+            "above, all-reduce and reduce-scatter in staging rounds, broadcast and all-gather streamed in 16-256 KiB "
+            "chunks; send/recv eager up to %u bytes, then streamed through a %u KiB ring; single copy %s",
+            SHM_SLOT_DATA, SHM_EAGER_MAX, SHM_RING_BYTES >> 10, cma_from);
   return BRAID_OK;
 }
 
@@ -667,6 +674,43 @@ static const void **srcs_array(shm_state *s, const void **stackbuf, int cap) {
 #define SRCS_FREE \
   if (srcs != srcs_stack_) free((void *)srcs)
 
+/* ---------------------------------------------------------------- streaming */
+
+/* Chunk of the streaming collectives (broadcast, all-gather): small enough
+   that a message is split into a few pieces whose copies in and out overlap,
+   large enough that per-chunk synchronization costs little; cache-resident
+   either way (measured: 16 KiB pieces reach ~20 GB/s between two cores,
+   256 KiB ~30 GB/s). At least two chunks fit in the staging space. */
+static size_t stream_chunk(shm_state *s, size_t bytes) {
+  size_t c = bytes / 4;
+  if (c < (16u << 10)) c = 16u << 10;
+  if (c > (256u << 10)) c = 256u << 10;
+  if (c > s->staging / 2) c = s->staging / 2;
+  return round_up(c, SHM_CL);
+}
+
+/* Slot spacing of streamed broadcasts: the largest chunk, so slots stay put
+   whatever the sizes of consecutive broadcasts. */
+static size_t stream_stride(shm_state *s) {
+  size_t c = (size_t)256 << 10;
+  return c < s->staging / 2 ? c : s->staging / 2;
+}
+
+/* Every other rank has finished streamed-broadcast chunk v-1. */
+static braid_status wait_stream(braid_comm *c, shm_state *s, uint64_t v, const char *what) {
+  for (int q = 0; q < s->n; q++) {
+    if (q == s->me) continue;
+    WAIT_UNTIL(atomic_load_explicit(&shm_ctl_of(s, q)->stream_done, memory_order_acquire) >= v, q, what);
+  }
+  return BRAID_OK;
+}
+
+/* Before a collective writes this rank's staging: streamed broadcasts do not
+   wait for their readers, so some may still copy from it. */
+static braid_status staging_quiesce(braid_comm *c, shm_state *s) {
+  return s->sseq ? wait_stream(c, s, s->sseq, "its copy of an earlier braid_broadcast") : BRAID_OK;
+}
+
 /* ---------------------------------------------------------------- all-reduce */
 
 static braid_status ar_flat(braid_comm *c, shm_state *s, void *buf, size_t count, braid_dtype dt, braid_op op) {
@@ -688,13 +732,14 @@ static braid_status ar_flat(braid_comm *c, shm_state *s, void *buf, size_t count
    every rank has posted E of the round in between, which comes after it
    finished reading. */
 static braid_status ar_staging(braid_comm *c, shm_state *s, char *buf, size_t count, braid_dtype dt, braid_op op) {
+  braid_status st = staging_quiesce(c, s);
+  if (st) return st;
   size_t es = braid_dtype_size(dt), half = s->staging / 2;
   size_t per_round = half / es;
   /* Keep a round's slices L2-sized so the reduce reads cached data. */
   size_t cap = ((size_t)s->n * (256u << 10)) / es;
   if (per_round > cap) per_round = cap;
   SRCS_DECL;
-  braid_status st = BRAID_OK;
   for (size_t off = 0; off < count && !st; off += per_round) {
     size_t L = count - off < per_round ? count - off : per_round;
     size_t h = (size_t)(s->round++ & 1) * half;
@@ -779,18 +824,6 @@ static braid_status shm_all_reduce(braid_comm *c, void *buf, size_t count, braid
 
 /* ---------------------------------------------------------------- broadcast */
 
-/* Chunk of the streaming collectives (broadcast, all-gather): small enough
-   that a message is split into a few pieces whose copies in and out overlap,
-   large enough that per-chunk synchronization costs little; cache-resident
-   either way (measured: 16 KiB pieces reach ~20 GB/s between two cores,
-   256 KiB ~30 GB/s). At least two chunks fit in the staging space. */
-static size_t stream_chunk(shm_state *s, size_t bytes) {
-  size_t c = bytes / 4;
-  if (c < (16u << 10)) c = 16u << 10;
-  if (c > (256u << 10)) c = 256u << 10;
-  if (c > s->staging / 2) c = s->staging / 2;
-  return round_up(c, SHM_CL);
-}
 
 
 /* Small broadcasts go through a ring of entries shared by all roots (every
@@ -835,25 +868,29 @@ static braid_status shm_broadcast(braid_comm *c, void *vbuf, size_t count, braid
     return wait_all(c, s, s->ph, "the end of braid_broadcast");
   }
   /* Staging: the root streams the message through its staging space in
-     chunks, the others copy each chunk out as soon as it is posted. */
-  size_t C = stream_chunk(s, bytes), K = s->staging / C;
-  uint64_t base = s->ph;
-  for (size_t j = 0, off = 0; off < bytes; j++, off += C) {
+     chunks, the others copy each chunk out as soon as it is written. Chunks
+     are numbered across calls and sit in fixed slots, so the root may run
+     ahead into later broadcasts while the others still copy: it reuses a slot
+     once every rank is past the chunk it held, and any other collective
+     that writes staging first waits for all chunks to be copied out
+     (staging_quiesce). No end barrier. */
+  size_t C = stream_chunk(s, bytes), stride = stream_stride(s), K = s->staging / stride;
+  for (size_t off = 0; off < bytes; off += C) {
     size_t L = bytes - off < C ? bytes - off : C;
-    char *slot = staging_of(s, root) + (j % K) * C;
+    uint64_t g = s->sseq++;
+    char *slot = staging_of(s, root) + (size_t)(g % K) * stride;
     if (s->me == root) {
-      /* A slot is reused once every rank has posted that it copied it out. */
-      if (j >= K && (st = wait_all(c, s, base + j - K + 1, "its copy of an earlier chunk of braid_broadcast")))
-        return st;
+      if (g >= K && (st = wait_stream(c, s, g - K + 1, "its copy of an earlier chunk of braid_broadcast"))) return st;
       memcpy(slot, buf + off, L);
     } else {
-      WAIT_UNTIL(flag_of(s, root) >= base + j + 1, root, "the root's data in braid_broadcast");
+      WAIT_UNTIL(atomic_load_explicit(&shm_ctl_of(s, root)->stream_done, memory_order_acquire) >= g + 1, root,
+                 "the root's data in braid_broadcast");
       memcpy(buf + off, slot, L);
     }
-    post(s);
+    atomic_store_explicit(&shm_ctl_of(s, s->me)->stream_done, g + 1, memory_order_release);
+    shm_wake_peers(s);
   }
-  post(s);
-  return wait_all(c, s, s->ph, "the end of braid_broadcast");
+  return BRAID_OK;
 }
 
 /* ---------------------------------------------------------------- all-gather */
@@ -893,6 +930,7 @@ static braid_status shm_all_gather(braid_comm *c, const void *send, void *vrecv,
      chunks; chunk j of every rank is copied out before anyone posts j as
      done (the second post of the step), and a slot is rewritten only after
      every rank has posted the chunk it held as done. */
+  if ((st = staging_quiesce(c, s))) return st;
   size_t C = stream_chunk(s, bytes), K = s->staging / C;
   uint64_t base = s->ph;
   for (size_t j = 0, off = 0; off < bytes; j++, off += C) {
@@ -969,6 +1007,10 @@ static braid_status shm_reduce_scatter(braid_comm *c, const void *vsend, void *v
   }
   /* Staging rounds over the chunk dimension: each rank stages its n pieces of
      the round, then reduces its own piece from every rank's staging. */
+  if ((st = staging_quiesce(c, s))) {
+    SRCS_FREE;
+    return st;
+  }
   size_t half = s->staging / 2;
   size_t per_round = half / (es * (size_t)s->n);
   if (per_round == 0) per_round = 1; /* staging is at least 64 KiB, es at most 16: never reached for n <= 2048 */

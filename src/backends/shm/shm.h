@@ -38,7 +38,8 @@ typedef struct shm_hdr {
    publishes), the sleep doorbell, and rarely written identity. */
 typedef struct shm_ctl {
   _Alignas(SHM_CL) _Atomic uint64_t flag;
-  _Atomic uint64_t bcast_done; /* small broadcasts this rank has finished */
+  _Atomic uint64_t bcast_done;  /* small broadcasts this rank has finished */
+  _Atomic uint64_t stream_done; /* chunks of streamed broadcasts this rank has written (root) or copied out */
   uint64_t addr[2];
   _Alignas(SHM_CL) _Atomic uint32_t futex;
   _Atomic uint32_t sleeping;
@@ -73,6 +74,7 @@ typedef struct shm_state {
   uint64_t ph;         /* my phase flag value */
   uint64_t cseq;       /* flat exchanges run (slot parity) */
   uint64_t bseq;       /* small broadcasts run (ring entry) */
+  uint64_t sseq;       /* chunks of streamed broadcasts run (staging slot) */
   uint64_t round;      /* staging rounds run (staging-half parity) */
   unsigned spin_limit;
   double yield_s;

@@ -6,6 +6,9 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
 
 #include "core/reduce_kern.h"
 
@@ -534,6 +537,31 @@ enum {
    level cache; sysconf reports the whole package (or the host's, in a VM). */
 #define NT_DEFAULT ((size_t)32 << 20)
 static _Atomic size_t g_nt_threshold = NT_DEFAULT;
+
+void braid__copy_stream(void *dst, const void *src, size_t n) {
+#if defined(__x86_64__)
+  char *d = dst;
+  const char *s = src;
+  /* Stores must be 16-byte aligned; the head goes through memcpy. */
+  size_t head = (size_t)(-(uintptr_t)d & 15u);
+  if (head > n) head = n;
+  memcpy(d, s, head);
+  d += head, s += head, n -= head;
+  size_t body = n & ~(size_t)63;
+  for (size_t i = 0; i < body; i += 64) {
+    __m128i a = _mm_loadu_si128((const __m128i *)(s + i)), b = _mm_loadu_si128((const __m128i *)(s + i + 16));
+    __m128i e = _mm_loadu_si128((const __m128i *)(s + i + 32)), f = _mm_loadu_si128((const __m128i *)(s + i + 48));
+    _mm_stream_si128((__m128i *)(d + i), a);
+    _mm_stream_si128((__m128i *)(d + i + 16), b);
+    _mm_stream_si128((__m128i *)(d + i + 32), e);
+    _mm_stream_si128((__m128i *)(d + i + 48), f);
+  }
+  _mm_sfence();
+  memcpy(d + body, s + body, n - body);
+#else
+  memcpy(dst, src, n);
+#endif
+}
 
 size_t braid__reduce_set_nt_threshold(size_t bytes) {
   return atomic_exchange_explicit(&g_nt_threshold, bytes, memory_order_relaxed);

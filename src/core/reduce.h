@@ -59,4 +59,10 @@ int braid__reduce_set_isa(const char *isa);
    value. The results are the same bits either way. */
 size_t braid__reduce_set_nt_threshold(size_t bytes);
 
+/* memcpy with non-temporal stores (where the CPU has them): for a
+   destination that will not be read soon, such as the user's buffer at the
+   end of a large transfer; it saves reading the destination into the cache
+   first. Ordered before later stores (sfence). */
+void braid__copy_stream(void *dst, const void *src, size_t n);
+
 #endif

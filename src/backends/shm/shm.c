@@ -885,7 +885,8 @@ static braid_status shm_broadcast(braid_comm *c, void *vbuf, size_t count, braid
     } else {
       WAIT_UNTIL(atomic_load_explicit(&shm_ctl_of(s, root)->stream_done, memory_order_acquire) >= g + 1, root,
                  "the root's data in braid_broadcast");
-      memcpy(buf + off, slot, L);
+      if (bytes >= SHM_NT_MIN) braid__copy_stream(buf + off, slot, L);
+      else memcpy(buf + off, slot, L);
     }
     atomic_store_explicit(&shm_ctl_of(s, s->me)->stream_done, g + 1, memory_order_release);
     shm_wake_peers(s);
@@ -944,7 +945,8 @@ static braid_status shm_all_gather(braid_comm *c, const void *send, void *vrecv,
     for (int i = 1; i < s->n; i++) {
       int q = (s->me + i) % s->n; /* spread the readers over the sources */
       WAIT_UNTIL(flag_of(s, q) >= base + 2 * j + 1, q, "its input to braid_all_gather");
-      memcpy(recv + (size_t)q * bytes + off, staging_of(s, q) + so, L);
+      if (bytes * (size_t)s->n >= SHM_NT_MIN) braid__copy_stream(recv + (size_t)q * bytes + off, staging_of(s, q) + so, L);
+      else memcpy(recv + (size_t)q * bytes + off, staging_of(s, q) + so, L);
     }
     post(s);
   }

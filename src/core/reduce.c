@@ -646,6 +646,12 @@ void braid__reduce(void *dst, const void *const *srcs, int nsrc, size_t count, b
                    int avg_div) {
   if (braid__check_dtype_op(dt, op) != BRAID_OK || nsrc < 1 || count == 0) return;
   if (avg_div < 1) avg_div = 1;
+  /* One input and nothing to divide: the result is the input, bit for bit
+     (bool still goes through the kernel, which normalizes it to 0/1). */
+  if (nsrc == 1 && avg_div == 1 && dt != BRAID_BOOL) {
+    if (dst != srcs[0]) memmove(dst, srcs[0], count * braid_dtype_size(dt));
+    return;
+  }
   const braid__rk_table *t = rk();
   int f = lp_format(dt);
   if (f >= 0)

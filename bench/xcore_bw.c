@@ -1,0 +1,141 @@
+/* xcore_bw: the ceiling of copying between two cores through shared memory,
+   the path of braid's shm backend. Process A copies a message into a ring
+   of chunks in a shared mapping, process B copies each chunk out as soon as
+   it is posted; with --both, each process does both at once (the all-gather
+   pattern). Reported: message bytes per second moved into B's buffer.
+
+     xcore_bw [--both] [SIZE [CHUNK [SLOTS]]]     defaults 1M 256K 8
+
+   Processes are pinned to CPUs 0 and 1 when the machine has them. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define relax() _mm_pause()
+#else
+#define relax() ((void)0)
+#endif
+
+typedef struct {
+  _Alignas(64) _Atomic long posted; /* chunks written by the owner of this ring */
+  _Alignas(64) _Atomic long done;   /* chunks copied out by the other process */
+} ring_ctl;
+
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static void pin(int cpu) {
+  cpu_set_t s;
+  CPU_ZERO(&s);
+  CPU_SET(cpu, &s);
+  (void)sched_setaffinity(0, sizeof s, &s);
+}
+
+static size_t parse_size(const char *s) {
+  char *e;
+  double v = strtod(s, &e);
+  if (*e == 'K' || *e == 'k') v *= 1024;
+  else if (*e == 'M' || *e == 'm') v *= 1024 * 1024;
+  else if (*e == 'G' || *e == 'g') v *= 1024.0 * 1024 * 1024;
+  return (size_t)v;
+}
+
+/* One process: writes its message into its own ring (when it sends) and
+   copies the peer's chunks out (when it receives), chunk by chunk. */
+static double run(int me, int sends, int receives, size_t size, size_t chunk, long slots, char *rings[2],
+                  ring_ctl *ctl[2], int iters) {
+  char *src = aligned_alloc(4096, size), *dst = aligned_alloc(4096, size);
+  if (!src || !dst) {
+    fprintf(stderr, "xcore_bw: out of memory\n");
+    exit(1);
+  }
+  memset(src, me + 1, size);
+  memset(dst, 0, size);
+  long nch = (long)((size + chunk - 1) / chunk), g = 0;
+  double t0 = 0;
+  for (int it = 0; it < iters + 2; it++) {
+    if (it == 2) t0 = now();
+    for (long k = 0; k < nch; k++, g++) {
+      size_t off = (size_t)k * chunk, len = size - off < chunk ? size - off : chunk;
+      size_t slot = (size_t)(g % slots) * chunk;
+      if (sends) {
+        while (atomic_load_explicit(&ctl[me]->done, memory_order_acquire) < g - slots + 1) relax();
+        memcpy(rings[me] + slot, src + off, len);
+        atomic_store_explicit(&ctl[me]->posted, g + 1, memory_order_release);
+      }
+      if (receives) {
+        int peer = 1 - me;
+        while (atomic_load_explicit(&ctl[peer]->posted, memory_order_acquire) < g + 1) relax();
+        memcpy(dst + off, rings[peer] + slot, len);
+        atomic_store_explicit(&ctl[peer]->done, g + 1, memory_order_release);
+      }
+    }
+  }
+  double t = (now() - t0) / iters;
+  free(src);
+  free(dst);
+  return t;
+}
+
+int main(int argc, char **argv) {
+  int both = 0, a = 1;
+  if (a < argc && !strcmp(argv[a], "--both")) both = 1, a++;
+  if (a < argc && (!strcmp(argv[a], "-h") || !strcmp(argv[a], "--help"))) {
+    printf("usage: xcore_bw [--both] [SIZE [CHUNK [SLOTS]]]   (defaults 1M 256K 8; K, M, G suffixes)\n");
+    return 0;
+  }
+  size_t size = a < argc ? parse_size(argv[a++]) : (size_t)1 << 20;
+  size_t chunk = a < argc ? parse_size(argv[a++]) : (size_t)256 << 10;
+  long slots = a < argc ? atol(argv[a++]) : 8;
+  if (size == 0 || chunk == 0 || slots < 1) {
+    fprintf(stderr, "xcore_bw: SIZE and CHUNK must be positive and SLOTS at least 1\n");
+    return 2;
+  }
+  chunk = (chunk + 63) & ~(size_t)63;
+  int iters = (int)(2e9 / (double)size);
+  if (iters > 20000) iters = 20000;
+  if (iters < 5) iters = 5;
+  char *rings[2];
+  ring_ctl *ctl[2];
+  for (int i = 0; i < 2; i++) {
+    rings[i] = mmap(NULL, chunk * (size_t)slots, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    ctl[i] = mmap(NULL, sizeof(ring_ctl), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (rings[i] == MAP_FAILED || ctl[i] == MAP_FAILED) {
+      perror("xcore_bw: mmap");
+      return 1;
+    }
+    memset(rings[i], 0, chunk * (size_t)slots);
+  }
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  pid_t p = fork();
+  if (p < 0) {
+    perror("xcore_bw: fork");
+    return 1;
+  }
+  if (p == 0) {
+    if (ncpu >= 2) pin(0);
+    run(0, 1, both, size, chunk, slots, rings, ctl, iters);
+    _exit(0);
+  }
+  if (ncpu >= 2) pin(1);
+  double t = run(1, both, 1, size, chunk, slots, rings, ctl, iters);
+  int st;
+  waitpid(p, &st, 0);
+  printf("%s size %zu chunk %zu slots %ld: %.2f us per message, %.2f GB/s into each receiver\n",
+         both ? "both ways" : "one way", size, chunk, slots, t * 1e6, (double)size / t / 1e9);
+  return 0;
+}

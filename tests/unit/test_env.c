@@ -455,6 +455,20 @@ static int test_port_range(void) {
 }
 
 /* Through braid_init: BRAID_LOG=info names the convention; detection errors surface. */
+/* Stops logging to the file and returns what it holds (then removes it). */
+static int take_log(const char *path, char *buf, size_t cap) {
+  unsetenv("BRAID_LOG_FILE");
+  unsetenv("BRAID_LOG");
+  buf[0] = 0;
+  FILE *f = fopen(path, "r");
+  if (!f) return -1;
+  size_t n = fread(buf, 1, cap - 1, f);
+  buf[n] = 0;
+  fclose(f);
+  unlink(path);
+  return 0;
+}
+
 static int test_init_logs_convention(void) {
   char path[] = "/tmp/braid_test_env_XXXXXX";
   int fd = mkstemp(path);
@@ -467,15 +481,8 @@ static int test_init_logs_convention(void) {
   braid_comm *c = NULL;
   BT_CHECK_OK(braid_init(NULL, &c), NULL);
   BT_CHECK_OK(braid_destroy(c), NULL);
-  unsetenv("BRAID_LOG_FILE");
-  unsetenv("BRAID_LOG");
-  char buf[8192] = "";
-  FILE *f = fopen(path, "r");
-  BT_CHECK(f != NULL, "log file");
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
-  buf[n] = 0;
-  fclose(f);
-  unlink(path);
+  char buf[8192];
+  BT_CHECK(take_log(path, buf, sizeof buf) == 0, "log file %s", path);
   BT_CHECK(strstr(buf, "using the torchrun convention: rank 0 of 1"), "log: %s", buf);
 
   setenv("WORLD_SIZE", "x", 1);
@@ -520,15 +527,8 @@ static int test_init_slurm_batch_step(void) {
   BT_CHECK(braid_rank(c) == 0 && braid_world_size(c) == 1, "rank %d of %d", braid_rank(c), braid_world_size(c));
   BT_CHECK_OK(braid_destroy(c), NULL);
   BT_CHECK(dt < 2, "braid_init took %.2f s", dt);
-  unsetenv("BRAID_LOG_FILE");
-  unsetenv("BRAID_LOG");
-  char buf[8192] = "";
-  FILE *f = fopen(path, "r");
-  BT_CHECK(f != NULL, "log file");
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
-  buf[n] = 0;
-  fclose(f);
-  unlink(path);
+  char buf[8192];
+  BT_CHECK(take_log(path, buf, sizeof buf) == 0, "log file %s", path);
   BT_CHECK(strstr(buf, "using the none convention: rank 0 of 1") &&
                strstr(buf, "Slurm variables ignored: SLURM_PROCID=0 and SLURM_NTASKS=4 are set but SLURM_STEP_ID is "
                            "not, so this process runs in a batch script"),

@@ -622,14 +622,20 @@ static int read_file(const char *path, char *out, size_t cap) {
   return 0;
 }
 
+/* Sends this process's log at level to a new file named after tmpl. */
+static int log_to_temp(char *tmpl, const char *level) {
+  int fd = mkstemp(tmpl);
+  if (fd < 0) return -1;
+  close(fd);
+  setenv("BRAID_LOG_FILE", tmpl, 1);
+  setenv("BRAID_LOG", level, 1);
+  braid__log_reload();
+  return 0;
+}
+
 static int test_wrong_token(void) {
   char logpath[] = "/tmp/braid_store_log_XXXXXX";
-  int lfd = mkstemp(logpath);
-  BT_CHECK(lfd >= 0, "mkstemp");
-  close(lfd);
-  setenv("BRAID_LOG_FILE", logpath, 1);
-  setenv("BRAID_LOG", "warn", 1);
-  braid__log_reload();
+  BT_CHECK(log_to_temp(logpath, "warn") == 0, "mkstemp");
 
   braid__store_server *srv = start_server(TOKEN_A);
   BT_CHECK(srv, "server");
@@ -848,12 +854,7 @@ static void outside_addr(char *out, size_t len) {
    and says so in the log. */
 static int test_no_token_says_so(void) {
   char logpath[] = "/tmp/braid_store_log_XXXXXX";
-  int lfd = mkstemp(logpath);
-  BT_CHECK(lfd >= 0, "mkstemp");
-  close(lfd);
-  setenv("BRAID_LOG_FILE", logpath, 1);
-  setenv("BRAID_LOG", "info", 1);
-  braid__log_reload();
+  BT_CHECK(log_to_temp(logpath, "info") == 0, "mkstemp");
   char err[512];
   braid__store_server *srv = NULL;
   BT_CHECK(braid__store_server_start("0.0.0.0", 0, NULL, 0, &srv, err, sizeof err) == BRAID_OK, "%s", err);

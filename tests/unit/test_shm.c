@@ -794,6 +794,174 @@ static int test_timeout(void) {
   return run_env(2, body_timeout, NULL, env, -1, 30);
 }
 
+/* ---------------------------------------------------------------- found in review */
+
+/* A root waiting for space in the small-broadcast ring must be woken by the
+   receivers of the broadcast it waits on, whichever rank rooted that one.
+   Without the wake-up it sleeps out a 100 ms futex slice; one of three rounds
+   under 80 ms shows the wake-up works without timing any single round. */
+static int body_ring_wake(braid_comm *c, int rank, int n, void *arg) {
+  (void)arg;
+  (void)n;
+  int x = 0;
+  double best = 1e9;
+  for (int rep = 0; rep < 3; rep++) {
+    BT_CHECK_OK(braid_barrier(c), c);
+    double t0 = now_s();
+    if (rank == 2) usleep(10000);
+    for (int b = 0; b < 64; b++) BT_CHECK_OK(braid_broadcast(c, &x, 1, BRAID_I32, 0), c);
+    BT_CHECK_OK(braid_broadcast(c, &x, 1, BRAID_I32, 1), c);
+    double dt = now_s() - t0;
+    if (dt < best) best = dt;
+  }
+  BT_CHECK_OK(braid_barrier(c), c);
+  BT_CHECK(best < 0.08, "rank %d: 65 broadcasts took at least %.0f ms in every round", rank, best * 1e3);
+  return 0;
+}
+
+static int test_ring_wake(void) { return run(3, body_ring_wake, NULL); }
+
+/* A wrong-shaped receive of a message that was already in the ring fails at
+   once, as when the message had been taken from the ring before. */
+static int body_mismatch_waiting(braid_comm *c, int rank, int n, void *arg) {
+  (void)arg;
+  (void)n;
+  double v[3] = {1, 2, 3}, r[3] = {0};
+  if (rank == 0) {
+    usleep(20000);
+    BT_CHECK_OK(braid_send(c, v, 3, BRAID_F64, 1, 5), c);
+    BT_CHECK_OK(braid_barrier(c), c);
+  } else {
+    BT_CHECK_OK(braid_barrier(c), c); /* the message sits in the ring, undrained */
+    BT_CHECK_ST(braid_recv(c, r, 2, BRAID_F64, 0, 5), BRAID_ERR_MISMATCH, c);
+    BT_CHECK_MSG(c, "tag 5");
+    BT_CHECK_OK(braid_recv(c, r, 3, BRAID_F64, 0, 5), c);
+    BT_CHECK_OK(braid_sync(c), c);
+    BT_CHECK(r[0] == 1 && r[2] == 3, "message intact after the mismatch");
+  }
+  BT_CHECK_OK(braid_barrier(c), c);
+  return 0;
+}
+
+static int test_mismatch_waiting(void) { return run(2, body_mismatch_waiting, NULL); }
+
+/* A sender waiting in a collective of another communicator still streams the
+   message it owes: rank 1 cannot go on before it has it, and rank 2 waits for
+   rank 1 before it joins rank 0's collective. */
+static int body_cross_comm(braid_comm *c, int rank, int n, void *arg) {
+  (void)arg;
+  (void)n;
+  braid_comm *sub = NULL;
+  BT_CHECK_OK(braid_split(c, rank == 1 ? BRAID_SPLIT_NONE : 0, 0, &sub), c);
+  size_t cnt = 1 << 18; /* 1 MiB: above eager, below single copy */
+  float *big = calloc(cnt, 4);
+  BT_CHECK(big, "oom");
+  int tok = 7, x = 1;
+  if (rank == 0) {
+    for (size_t i = 0; i < cnt; i++) big[i] = (float)(i % 1000);
+    BT_CHECK_OK(braid_send(c, big, cnt, BRAID_F32, 1, 1), c);
+    BT_CHECK_OK(braid_all_reduce(sub, &x, 1, BRAID_I32, BRAID_SUM), sub);
+    BT_CHECK_OK(braid_sync(c), c);
+  } else if (rank == 1) {
+    BT_CHECK_OK(braid_recv(c, big, cnt, BRAID_F32, 0, 1), c);
+    BT_CHECK_OK(braid_sync(c), c);
+    for (size_t i = 0; i < cnt; i++) BT_CHECK(big[i] == (float)(i % 1000), "element %zu", i);
+    BT_CHECK_OK(braid_send(c, &tok, 1, BRAID_I32, 2, 2), c);
+    BT_CHECK_OK(braid_sync(c), c);
+  } else {
+    BT_CHECK_OK(braid_recv(c, &tok, 1, BRAID_I32, 1, 2), c);
+    BT_CHECK_OK(braid_sync(c), c);
+    BT_CHECK_OK(braid_all_reduce(sub, &x, 1, BRAID_I32, BRAID_SUM), sub);
+  }
+  if (rank != 1) BT_CHECK(x == 2, "sum over the sub-communicator %d", x);
+  if (sub) BT_CHECK_OK(braid_destroy(sub), NULL);
+  free(big);
+  BT_CHECK_OK(braid_barrier(c), c);
+  return 0;
+}
+
+static int test_cross_comm(void) {
+  static const char *const env[] = {"BRAID_TIMEOUT=5", NULL};
+  return run_env(3, body_cross_comm, NULL, env, -1, 60);
+}
+
+/* Random mix of every collective across every size path, unaligned
+   buffers, random roots and stalls; every result checked. */
+static int body_mix(braid_comm *c, int rank, int n, void *arg) {
+  int iters = *(const int *)arg;
+  enum { BIG = 300000 };
+  unsigned char *a = malloc(BIG * 4 * (size_t)n + 64), *g = malloc(BIG * 4 * (size_t)n + 64);
+  BT_CHECK(a && g, "oom");
+  uint64_t x = 0x1234567ULL;
+  for (int it = 0; it < iters; it++) {
+    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    int kind = (int)((x >> 33) % 12), root = (int)((x >> 45) % (uint64_t)n), sz = (int)((x >> 20) % 8);
+    size_t cnt = sz < 4 ? 1 + (size_t)((x >> 24) % 1000)
+                        : sz < 7 ? 4000 + (size_t)((x >> 24) % 60000) : 100000 + (size_t)((x >> 24) % (BIG - 100000));
+    size_t off = (size_t)((x >> 40) % 3);
+    unsigned char *A = a + off, *G = g + off;
+    uint32_t v, want;
+    if ((int)((x >> 50) % (uint64_t)n) == rank && (x >> 8) % 13 == 0) usleep(3000);
+    if (kind < 6) {
+      for (size_t i = 0; i < cnt; i++) {
+        v = rank == root ? (uint32_t)(it * 7919u + i) : 0xdeadbeefu;
+        memcpy(A + 4 * i, &v, 4);
+      }
+      BT_CHECK_OK(braid_broadcast(c, A, cnt, BRAID_U32, root), c);
+      for (size_t i = 0; i < cnt; i++) {
+        memcpy(&v, A + 4 * i, 4);
+        BT_CHECK(v == (uint32_t)(it * 7919u + i), "iteration %d: broadcast of %zu from %d, element %zu", it, cnt, root,
+                 i);
+      }
+    } else if (kind < 8) {
+      for (size_t i = 0; i < cnt; i++) {
+        v = (uint32_t)(rank + 1) * (uint32_t)(it + i);
+        memcpy(A + 4 * i, &v, 4);
+      }
+      BT_CHECK_OK(braid_all_reduce(c, A, cnt, BRAID_U32, BRAID_SUM), c);
+      for (size_t i = 0; i < cnt; i++) {
+        memcpy(&v, A + 4 * i, 4);
+        want = (uint32_t)(n * (n + 1) / 2) * (uint32_t)(it + i);
+        BT_CHECK(v == want, "iteration %d: all-reduce of %zu, element %zu", it, cnt, i);
+      }
+    } else if (kind < 10) {
+      for (size_t i = 0; i < cnt; i++) {
+        v = (uint32_t)(rank * 100003 + it + i);
+        memcpy(A + 4 * i, &v, 4);
+      }
+      BT_CHECK_OK(braid_all_gather(c, A, G, cnt, BRAID_U32), c);
+      for (int q = 0; q < n; q++)
+        for (size_t i = 0; i < cnt; i++) {
+          memcpy(&v, G + 4 * ((size_t)q * cnt + i), 4);
+          BT_CHECK(v == (uint32_t)(q * 100003 + it + i), "iteration %d: all-gather of %zu, block %d", it, cnt, q);
+        }
+    } else if (kind < 11) {
+      size_t rc = cnt / (size_t)n + 1;
+      for (size_t i = 0; i < rc * (size_t)n; i++) {
+        v = (uint32_t)(rank + 1) * (uint32_t)(it + i);
+        memcpy(G + 4 * i, &v, 4);
+      }
+      BT_CHECK_OK(braid_reduce_scatter(c, G, A, rc, BRAID_U32, BRAID_SUM), c);
+      for (size_t i = 0; i < rc; i++) {
+        memcpy(&v, A + 4 * i, 4);
+        want = (uint32_t)(n * (n + 1) / 2) * (uint32_t)(it + (size_t)rank * rc + i);
+        BT_CHECK(v == want, "iteration %d: reduce-scatter of %zu, element %zu", it, rc, i);
+      }
+    } else {
+      BT_CHECK_OK(braid_barrier(c), c);
+    }
+  }
+  free(a);
+  free(g);
+  return 0;
+}
+
+static int test_mix(void) {
+  int it = quick() ? 150 : 400;
+  static const char *const small[] = {"BRAID_SHM_BUFFER=64K", NULL};
+  return run(3, body_mix, &it) || run_env(4, body_mix, &it, small, -1, 240);
+}
+
 static const bt_case cases[] = {
     {"coll_small", test_coll_small, 400},  {"coll_large", test_coll_large, 400},
     {"coll_large_nocma", test_coll_large_nocma, 400},
@@ -801,7 +969,9 @@ static const bt_case cases[] = {
     {"p2p_ring", test_p2p_ring, 200},     {"p2p_alltoall", test_p2p_alltoall, 120},
     {"p2p_ordered", test_p2p_ordered, 120}, {"p2p_mismatch", test_p2p_mismatch, 120},
     {"kill_peer", test_kill_peer, 200},   {"timeout", test_timeout, 60},
-    {"drift", test_drift, 200},
+    {"drift", test_drift, 200},           {"ring_wake", test_ring_wake, 60},
+    {"mismatch_waiting", test_mismatch_waiting, 60}, {"cross_comm", test_cross_comm, 90},
+    {"mix", test_mix, 400},
 };
 
 int main(int argc, char **argv) { return bt_main(argc, argv, cases, BT_COUNT(cases)); }

@@ -154,11 +154,66 @@ static int test_abort_races_callers(void) {
   return 0;
 }
 
+/* shm: two threads per process, each on its own communicator (the world and
+   a split of it), one streaming large messages and one running collectives.
+   A rank waiting in one communicator moves the other's transfers when that
+   one is idle, so both communicators' locks and states are touched from both
+   threads; ThreadSanitizer checks the locking. */
+typedef struct shm_pair {
+  braid_comm *c;
+  int rank, n, p2p, failures;
+} shm_pair;
+
+static void *shm_side(void *p) {
+  shm_pair *w = p;
+  size_t cnt = 40000;
+  float *buf = calloc(cnt, sizeof *buf), *in = calloc(cnt, sizeof *in);
+  if (!buf || !in) {
+    w->failures++;
+    return NULL;
+  }
+  for (int i = 0; i < 40; i++) {
+    if (w->p2p) {
+      for (size_t k = 0; k < cnt; k++) buf[k] = (float)(w->rank * 1000 + i);
+      int right = (w->rank + 1) % w->n, left = (w->rank + w->n - 1) % w->n;
+      if (braid_send(w->c, buf, cnt, BRAID_F32, right, 9) || braid_recv(w->c, in, cnt, BRAID_F32, left, 9) ||
+          braid_sync(w->c) || in[cnt - 1] != (float)(left * 1000 + i))
+        w->failures++;
+    } else {
+      for (size_t k = 0; k < cnt; k++) buf[k] = (float)(w->rank + i);
+      float want = (float)(w->n * (w->n - 1) / 2 + w->n * i);
+      if (braid_all_reduce(w->c, buf, cnt, BRAID_F32, BRAID_SUM) || buf[0] != want || buf[cnt - 1] != want)
+        w->failures++;
+    }
+  }
+  free(buf);
+  free(in);
+  return NULL;
+}
+
+static int body_shm_two_threads(braid_comm *c, int rank, int n, void *arg) {
+  (void)arg;
+  braid_comm *dup = NULL;
+  BT_CHECK_OK(braid_split(c, 0, rank, &dup), c);
+  shm_pair a = {c, rank, n, 1, 0}, b = {dup, rank, n, 0, 0};
+  pthread_t ta, tb;
+  BT_CHECK(pthread_create(&ta, NULL, shm_side, &a) == 0 && pthread_create(&tb, NULL, shm_side, &b) == 0, "threads");
+  pthread_join(ta, NULL);
+  pthread_join(tb, NULL);
+  BT_CHECK(a.failures == 0 && b.failures == 0, "rank %d: %d send/recv and %d all-reduce failures: %s", rank,
+           a.failures, b.failures, braid_last_error(NULL));
+  BT_CHECK_OK(braid_destroy(dup), NULL);
+  return 0;
+}
+
+static int test_shm_two_threads(void) { return bt_run_ranks("shm", 2, 120, body_shm_two_threads, NULL); }
+
 static const bt_case cases[] = {
     BT_CASE(test_concurrent_calls),
     BT_CASE(test_sync_waits_for_other_thread),
     BT_CASE(test_abort_wakes_waiter),
     BT_CASE(test_abort_races_callers),
+    BT_CASE(test_shm_two_threads),
 };
 
 int main(int argc, char **argv) { return bt_main(argc, argv, cases, BT_COUNT(cases)); }

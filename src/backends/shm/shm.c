@@ -9,6 +9,7 @@
 #include <limits.h>
 #include <linux/futex.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -45,6 +46,49 @@
 #define SHM_CMA_MIN_DEFAULT ((size_t)256 << 20)
 
 static shm_state *state(braid_comm *c) { return c->be; }
+
+/* This process's shm communicators, for shm_progress_others. */
+static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+static shm_state *live_head;
+static _Atomic int live_count;
+
+static void live_add(braid_comm *c, shm_state *s) {
+  s->comm = c;
+  pthread_mutex_lock(&live_lock);
+  s->next_live = live_head;
+  live_head = s;
+  atomic_fetch_add(&live_count, 1);
+  pthread_mutex_unlock(&live_lock);
+}
+
+static void live_remove(shm_state *s) {
+  pthread_mutex_lock(&live_lock);
+  for (shm_state **p = &live_head; *p; p = &(*p)->next_live)
+    if (*p == s) {
+      *p = s->next_live;
+      atomic_fetch_sub(&live_count, 1);
+      break;
+    }
+  pthread_mutex_unlock(&live_lock);
+}
+
+int shm_progress_others(shm_state *s) {
+  int busy = 0;
+  pthread_mutex_lock(&live_lock);
+  for (shm_state *o = live_head; o; o = o->next_live) {
+    if (o == s) continue;
+    /* A communicator in use by a call (this thread's or another's) makes
+       its own progress; trylock also keeps the lock order free of cycles. */
+    if (pthread_mutex_trylock(&o->comm->lock) != 0) continue;
+    if (o->npending && !o->in_progress && !atomic_load(&o->comm->failed)) {
+      braid_status st = shm_p2p_progress(o->comm, o);
+      if (st == BRAID_OK && o->npending) busy++;
+    }
+    pthread_mutex_unlock(&o->comm->lock);
+  }
+  pthread_mutex_unlock(&live_lock);
+  return busy;
+}
 
 static uint64_t probe_value = 0x5eedf00dcafe1234ULL;
 
@@ -135,6 +179,13 @@ static braid_status wait_checks(braid_comm *c, shm_state *s, shm_wait *w, int pe
     for (int q = 0; q < s->n; q++) {
       if (q == s->me) continue;
       int left = atomic_load(&shm_ctl_of(s, q)->left) != 0;
+      if (left && q == peer && !w->left_seen) {
+        /* It stores "left" after everything else it publishes: the caller
+           looks at its condition once more before this counts. */
+        w->left_seen = 1;
+        w->next_live = now;
+        return BRAID_OK;
+      }
       if (left && q == peer)
         return braid__fail(c, BRAID_ERR_PEER_LOST,
                            "rank %d (pid %d) destroyed its communicator during %s while this rank waited for it: %s", q,
@@ -156,6 +207,7 @@ static braid_status wait_checks(braid_comm *c, shm_state *s, shm_wait *w, int pe
 void shm_wait_begin(shm_wait *w) {
   w->spins = 0;
   w->armed = 0;
+  w->left_seen = 0;
   w->start = 0;
 }
 
@@ -189,7 +241,10 @@ braid_status shm_wait_step(braid_comm *c, shm_state *s, shm_wait *w, int peer, c
     }
   }
   if (w->spins < s->spin_limit) return BRAID_OK;
-  if (now - w->start < s->yield_s) {
+  /* Another communicator's transfer may be what the awaited peer waits for;
+     while one is pending this rank keeps polling instead of sleeping. */
+  int others = atomic_load_explicit(&live_count, memory_order_relaxed) > 1 ? shm_progress_others(s) : 0;
+  if (others || now - w->start < s->yield_s) {
     sched_yield();
     return BRAID_OK;
   }
@@ -338,6 +393,7 @@ static braid_status seg_create(braid_comm *c, shm_state *s, const char *name) {
   s->hdr->creator_pid = (int32_t)getpid();
   s->hdr->total = l.total;
   s->hdr->staging = s->staging;
+  s->hdr->cma_min = s->cma_min;
   s->hdr->off_ctl = l.off_ctl;
   s->hdr->off_slots = l.off_slots;
   s->hdr->off_bring = l.off_bring;
@@ -378,6 +434,7 @@ static braid_status seg_open(braid_comm *c, shm_state *s, const char *name, doub
           s->total = (size_t)sb.st_size;
           s->hdr = h;
           s->staging = h->staging;
+          s->cma_min = (size_t)h->cma_min;
           return BRAID_OK;
         }
         munmap(p, (size_t)sb.st_size);
@@ -569,6 +626,7 @@ static braid_status shm_init(braid_comm *c) {
   s->cma = s->n > 1;
   for (int q = 0; q < s->n; q++)
     if (atomic_load(&shm_ctl_of(s, q)->cma_ok) != 1) s->cma = 0;
+  live_add(c, s);
   BLOG_INFO(BRAID_SUB_SHM, c->rank, "shm: %d ranks, segment %zu bytes, staging %zu bytes per rank, large transfers %s",
             s->n, s->total, s->staging,
             s->cma ? "single-copy (process_vm_readv/writev)" : "copied through shared memory");
@@ -609,12 +667,14 @@ static braid_status shm_split(braid_comm *parent, braid_comm *child, const int *
     return st;
   }
   s->cma = ps->cma && n > 1;
+  live_add(child, s);
   return BRAID_OK;
 }
 
 static void shm_destroy(braid_comm *c, double timeout_s) {
   shm_state *s = state(c);
   if (!s) return;
+  live_remove(s);
   shm_p2p_sync(c, timeout_s, 1);
   shm_p2p_free(c, s);
   atomic_store(&shm_ctl_of(s, s->me)->left, 1);
@@ -824,8 +884,6 @@ static braid_status shm_all_reduce(braid_comm *c, void *buf, size_t count, braid
 
 /* ---------------------------------------------------------------- broadcast */
 
-
-
 /* Small broadcasts go through a ring of entries shared by all roots (every
    rank runs the same broadcasts in the same order, so entry b serves the
    b-th). Nobody waits for the whole group: the root copies its data into
@@ -842,13 +900,14 @@ static braid_status bcast_small(braid_comm *c, shm_state *s, char *buf, size_t b
     }
     memcpy(slot_data(e), buf, bytes);
     atomic_store_explicit(slot_seq(e), b + 1, memory_order_release);
-    shm_wake_peers(s);
   } else {
     WAIT_UNTIL(atomic_load_explicit(slot_seq(e), memory_order_acquire) == b + 1, root, "the root's data in braid_broadcast");
     memcpy(buf, slot_data(e), bytes);
   }
   atomic_store_explicit(&shm_ctl_of(s, s->me)->bcast_done, b + 1, memory_order_release);
-  if (s->me != root) shm_wake_one(s, root);
+  /* After both stores: receivers wait for the entry, and whichever rank is
+     root 64 broadcasts later may sleep waiting for bcast_done. */
+  shm_wake_peers(s);
   return BRAID_OK;
 }
 

@@ -29,6 +29,7 @@ typedef struct shm_hdr {
   uint32_t n;
   int32_t creator_pid;
   uint64_t total, staging;
+  uint64_t cma_min; /* rank 0's BRAID_SHM_CMA_MIN: every rank must pick the same paths */
   uint64_t off_ctl, off_slots, off_bring, off_staging, off_rings;
   _Alignas(SHM_CL) _Atomic uint32_t attached;
   _Atomic uint32_t unlinked;
@@ -91,6 +92,10 @@ typedef struct shm_state {
   int in_progress;
   braid_status deferred;
   char deferred_msg[320];
+  shm_recvop *just_posted;   /* the receive the running braid_recv posted */
+  char posted_mismatch[320]; /* its shape mismatch, found during that call */
+  braid_comm *comm;          /* for progress on behalf of other communicators */
+  struct shm_state *next_live; /* this process's shm communicators (see shm_progress_others) */
 } shm_state;
 
 static inline shm_ctl *shm_ctl_of(shm_state *s, int r) {
@@ -105,6 +110,7 @@ static inline shm_ring *shm_ring_of(shm_state *s, int src, int dst) {
 typedef struct shm_wait {
   unsigned spins;
   int armed;
+  int left_seen; /* the awaited peer has destroyed its communicator; one more look */
   uint32_t fval;
   double start, deadline, next_live;
 } shm_wait;
@@ -112,6 +118,10 @@ typedef struct shm_wait {
 void shm_wait_begin(shm_wait *w);
 braid_status shm_wait_step(braid_comm *c, shm_state *s, shm_wait *w, int peer, const char *what);
 void shm_wait_end(shm_state *s, shm_wait *w);
+/* Moves point-to-point work of this process's other shm communicators
+   whose locks are free (a sender waiting in one communicator may owe data
+   to a receiver in another); returns how many still have work pending. */
+int shm_progress_others(shm_state *s);
 /* After publishing something: wakes every peer that announced it sleeps. */
 void shm_wake_peers(shm_state *s);
 void shm_wake_one(shm_state *s, int q);

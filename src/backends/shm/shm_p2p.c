@@ -157,7 +157,14 @@ static braid_status deliver(braid_comm *c, shm_state *s, int src, const shm_rec 
     if (r->count != h->count || r->dt != (braid_dtype)h->dt) {
       char msg[320];
       braid__mismatch_text(msg, sizeof msg, src, h->tag, h->count, (braid_dtype)h->dt, r->count, r->dt);
-      defer(s, BRAID_ERR_MISMATCH, msg);
+      if (r == s->just_posted) {
+        /* The message was there when braid_recv was called: that call fails,
+           as it does when the message was already taken from the ring. */
+        s->just_posted = NULL;
+        snprintf(s->posted_mismatch, sizeof s->posted_mismatch, "%s", msg);
+      } else {
+        defer(s, BRAID_ERR_MISMATCH, msg);
+      }
       remove_recv(s, link);
       continue;
     }
@@ -346,7 +353,7 @@ braid_status shm_p2p_send(braid_comm *c, const void *buf, size_t count, braid_dt
 
 /* Appends a pending receive; id names the sender's message it streams (R_STREAM). */
 static braid_status post_recv(braid_comm *c, shm_state *s, void *buf, size_t count, braid_dtype dt, int src,
-                              uint32_t tag, int state, uint64_t id) {
+                              uint32_t tag, int state, uint64_t id, shm_recvop **out) {
   shm_recvop *r = calloc(1, sizeof *r);
   if (!r) return braid__fail(c, BRAID_ERR_NO_MEMORY, "out of memory posting a receive");
   r->id = id;
@@ -360,6 +367,7 @@ static braid_status post_recv(braid_comm *c, shm_state *s, void *buf, size_t cou
   *s->recvs_tail = r;
   s->recvs_tail = &r->next;
   s->npending++;
+  if (out) *out = r;
   return BRAID_OK;
 }
 
@@ -386,15 +394,22 @@ braid_status shm_p2p_recv(braid_comm *c, void *buf, size_t count, braid_dtype dt
       st = pull(c, s, src, u->id, u->addr, buf, bytes, tag);
       if (!st) flush(s);
     } else {
-      st = post_recv(c, s, buf, count, dt, src, tag, R_STREAM, u->id);
+      st = post_recv(c, s, buf, count, dt, src, tag, R_STREAM, u->id, NULL);
       if (!st) st = queue_ctrl(c, s, src, REC_CTS, u->id);
     }
     free(u->data);
     free(u);
     return st;
   }
-  st = post_recv(c, s, buf, count, dt, src, tag, R_POSTED, 0);
-  return st ? st : shm_p2p_progress(c, s);
+  shm_recvop *r = NULL;
+  st = post_recv(c, s, buf, count, dt, src, tag, R_POSTED, 0, &r);
+  if (st) return st;
+  s->just_posted = r;
+  s->posted_mismatch[0] = 0;
+  st = shm_p2p_progress(c, s);
+  s->just_posted = NULL;
+  if (!st && s->posted_mismatch[0]) return braid__fail(c, BRAID_ERR_MISMATCH, "%s", s->posted_mismatch);
+  return st;
 }
 
 static void first_pending(shm_state *s, char *out, size_t len, int *peer) {

@@ -71,6 +71,7 @@ typedef struct shm_state {
   int cma;             /* all ranks agreed on single-copy */
   size_t staging;      /* bytes per rank */
   size_t cma_min;      /* collectives of at least this many bytes use single copy */
+  size_t p2p_cma_min;  /* received messages of at least this many bytes are pulled by single copy */
   pid_t *pids;
   int *pidfds;         /* -1 where pidfd_open is unavailable */
   uint64_t ph;         /* my phase flag value */

@@ -70,8 +70,9 @@ static size_t rup64(size_t x) { return (x + 63) & ~(size_t)63; }
 
 
 /* Single copy costs page pinning per call; below the threshold streaming
-   through the ring (two copies, overlapped between the two cores) is faster. */
-static int use_cma(const shm_state *s, size_t bytes) { return s->cma && bytes >= s->cma_min; }
+   through the ring (two copies, overlapped between two cores) is faster,
+   unless ranks outnumber cores (see set_p2p_cma_min). */
+static int use_cma(const shm_state *s, size_t bytes) { return s->cma && bytes >= s->p2p_cma_min; }
 
 static void defer(shm_state *s, braid_status st, const char *msg) {
   if (s->deferred) return;

@@ -28,7 +28,7 @@ static const braid__param params[] = {
     {"BRAID_IFNAME", BRAID_PT_STRING, NULL, "network interface whose address data-plane listeners use, e.g. eth0"},
     {"BRAID_ADDR", BRAID_PT_STRING, NULL, "numeric address data-plane listeners bind and advertise"},
     {"BRAID_TIMEOUT", BRAID_PT_SECONDS, "300",
-     "seconds any blocking call may wait before BRAID_ERR_TIMEOUT (decimals allowed; 0 = forever)"},
+     "seconds a blocking call may wait without progress before BRAID_ERR_TIMEOUT (decimals allowed; 0 = forever)"},
     {"BRAID_DESTROY_TIMEOUT", BRAID_PT_SECONDS, "5",
      "seconds braid_destroy spends completing pending operations before abandoning them"},
     {"BRAID_LOG", BRAID_PT_STRING, "warn", "log level: error, warn, info, debug, trace (or off)"},
@@ -41,7 +41,9 @@ static const braid__param params[] = {
     {"BRAID_SHM_CMA", BRAID_PT_INT, "1",
      "shm backend: 1 uses single-copy process_vm_readv/writev when the kernel allows it, 0 copies through shared memory"},
     {"BRAID_SHM_CMA_MIN", BRAID_PT_SIZE, "256M",
-     "shm backend: collectives of at least this many bytes use single copy (when available)"},
+     "shm backend: collectives and messages of at least this many bytes use single copy (when available)"},
+    {"BRAID_SHM_MEMBARRIER", BRAID_PT_INT, "1",
+     "shm backend: 1 pairs wake-ups with membarrier when the kernel allows it (no fence per send), 0 fences both sides"},
 };
 
 const braid__param *braid__param_table(size_t *n) {

@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/futex.h>
+#include <linux/membarrier.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
@@ -92,6 +93,17 @@ int shm_progress_others(shm_state *s) {
 
 static uint64_t probe_value = 0x5eedf00dcafe1234ULL;
 
+/* Registers this process, once, for the expedited global membarrier that
+   lets wakers skip their fence (see shm_wake_fence). */
+static pthread_once_t membar_once = PTHREAD_ONCE_INIT;
+static int membar_ok;
+
+static void membar_register(void) {
+  long q = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+  if (q < 0 || !(q & MEMBARRIER_CMD_GLOBAL_EXPEDITED) || !(q & MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED)) return;
+  membar_ok = syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED, 0, 0) == 0;
+}
+
 /* ---------------------------------------------------------------- futex & waiting */
 
 static void futex_wait(_Atomic uint32_t *addr, uint32_t val, double secs) {
@@ -113,8 +125,8 @@ void shm_wake_one(shm_state *s, int q) {
 }
 
 void shm_wake_peers(shm_state *s) {
-  /* Pairs with the sleeper's fence between announcing itself and re-checking. */
-  atomic_thread_fence(memory_order_seq_cst);
+  /* Pairs with the sleeper's barrier between announcing itself and re-checking. */
+  shm_wake_fence(s);
   for (int q = 0; q < s->n; q++)
     if (q != s->me) shm_wake_one(s, q);
 }
@@ -167,13 +179,18 @@ static braid_status report_fail_flag(braid_comm *c, shm_state *s, uint64_t f, in
 
 /* Checks that end a wait: abort, a failure published by any rank, dead or
    departed peers (every ~100 ms), the deadline. */
+/* A NULL description of the awaited thing is made only for an error message:
+   pending point-to-point operations change too often to describe each wait. */
+#define WHAT (what ? what : (shm_p2p_describe(s, desc, sizeof desc), desc))
+
 static braid_status wait_checks(braid_comm *c, shm_state *s, shm_wait *w, int peer, const char *what, double now) {
+  char desc[192];
   if (braid__aborted(c)) {
     publish_fail(s, SHM_FAIL_ABORTED, s->me, s->me);
-    return braid__fail(c, BRAID_ERR_ABORTED, "aborted while waiting for rank %d: %s", peer, what);
+    return braid__fail(c, BRAID_ERR_ABORTED, "aborted while waiting for rank %d: %s", peer, WHAT);
   }
   uint64_t f = atomic_load_explicit(&s->hdr->fail, memory_order_acquire);
-  if (f) return report_fail_flag(c, s, f, peer, what);
+  if (f) return report_fail_flag(c, s, f, peer, WHAT);
   if (now >= w->next_live) {
     w->next_live = now + 0.1;
     for (int q = 0; q < s->n; q++) {
@@ -189,20 +206,22 @@ static braid_status wait_checks(braid_comm *c, shm_state *s, shm_wait *w, int pe
       if (left && q == peer)
         return braid__fail(c, BRAID_ERR_PEER_LOST,
                            "rank %d (pid %d) destroyed its communicator during %s while this rank waited for it: %s", q,
-                           (int)s->pids[q], c->call, what);
+                           (int)s->pids[q], c->call, WHAT);
       if (!left && peer_dead(s, q)) {
         publish_fail(s, SHM_FAIL_DIED, s->me, q);
         return braid__fail(c, BRAID_ERR_PEER_LOST, "rank %d (pid %d) died during %s (this rank was waiting for rank %d: %s)",
-                           q, (int)s->pids[q], c->call, peer, what);
+                           q, (int)s->pids[q], c->call, peer, WHAT);
       }
     }
   }
   if (now >= w->deadline) {
     publish_fail(s, SHM_FAIL_FAILED, s->me, peer);
-    return braid__fail(c, BRAID_ERR_TIMEOUT, "timed out after %g s waiting for rank %d: %s", c->timeout_s, peer, what);
+    return braid__fail(c, BRAID_ERR_TIMEOUT, "timed out after %g s waiting for rank %d: %s", c->timeout_s, peer, WHAT);
   }
   return BRAID_OK;
 }
+
+#undef WHAT
 
 void shm_wait_begin(shm_wait *w) {
   w->spins = 0;
@@ -254,7 +273,16 @@ braid_status shm_wait_step(braid_comm *c, shm_state *s, shm_wait *w, int peer, c
        a waker that missed the announcement posted before the re-check. */
     w->fval = atomic_load(&k->futex);
     atomic_store(&k->sleeping, 1);
-    atomic_thread_fence(memory_order_seq_cst);
+    if (s->light_wake) {
+      if (syscall(SYS_membarrier, MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0, 0) != 0) {
+        /* Without the barrier a wake-up could be missed: keep polling. */
+        atomic_store(&k->sleeping, 0);
+        sched_yield();
+        return BRAID_OK;
+      }
+    } else {
+      atomic_thread_fence(memory_order_seq_cst);
+    }
     w->armed = 1;
     return BRAID_OK;
   }
@@ -483,6 +511,7 @@ static shm_state *state_new(int n, int me) {
   s->pids = calloc((size_t)n, sizeof *s->pids);
   s->pidfds = calloc((size_t)n, sizeof *s->pidfds);
   s->ctrl_q = calloc((size_t)n, sizeof *s->ctrl_q);
+  s->cur = calloc((size_t)n, sizeof *s->cur);
   s->sends_tail = &s->sends;
   s->recvs_tail = &s->recvs;
   s->umsgs_tail = &s->umsgs;
@@ -491,10 +520,11 @@ static shm_state *state_new(int n, int me) {
   /* Oversubscribed cores: spinning only delays the rank we wait for. */
   s->spin_limit = (ncpu > 0 && n > ncpu) ? 64 : 4096;
   s->yield_s = 2e-3;
-  if (!s->pids || !s->pidfds || !s->ctrl_q) {
+  if (!s->pids || !s->pidfds || !s->ctrl_q || !s->cur) {
     free(s->pids);
     free(s->pidfds);
     free(s->ctrl_q);
+    free(s->cur);
     free(s);
     return NULL;
   }
@@ -509,6 +539,7 @@ static void state_free(shm_state *s) {
   free(s->pids);
   free(s->pidfds);
   free(s->ctrl_q);
+  free(s->cur);
   free(s->tmp);
   free(s);
 }
@@ -568,8 +599,10 @@ static braid_status shm_init(braid_comm *c) {
   if (!s) return braid__fail(c, BRAID_ERR_NO_MEMORY, "out of memory for the shm backend");
   braid_status st = read_staging_param(c, &s->staging);
   char err[256];
-  long want_cma = 1;
+  long want_cma = 1, want_membar = 1;
   if (!st && braid__env_int("BRAID_SHM_CMA", 1, 0, 1, &want_cma, err, sizeof err))
+    st = braid__fail(c, BRAID_ERR_INVALID_ARG, "%s", err);
+  if (!st && braid__env_int("BRAID_SHM_MEMBARRIER", 1, 0, 1, &want_membar, err, sizeof err))
     st = braid__fail(c, BRAID_ERR_INVALID_ARG, "%s", err);
   if (!st && braid__env_size("BRAID_SHM_CMA_MIN", SHM_CMA_MIN_DEFAULT, &s->cma_min, err, sizeof err))
     st = braid__fail(c, BRAID_ERR_INVALID_ARG, "%s", err);
@@ -628,6 +661,8 @@ static braid_status shm_init(braid_comm *c) {
                 errno ? strerror(errno) : "wrong value");
   }
   atomic_store(&mine->cma_ok, ok ? 1u : 2u);
+  if (want_membar) pthread_once(&membar_once, membar_register);
+  atomic_store(&mine->membar, want_membar && membar_ok ? 1u : 2u);
   post(s);
   st = wait_all(c, s, s->ph, "its arrival in braid_init");
   if (st) {
@@ -636,13 +671,17 @@ static braid_status shm_init(braid_comm *c) {
     return st;
   }
   s->cma = s->n > 1;
-  for (int q = 0; q < s->n; q++)
+  s->light_wake = 1;
+  for (int q = 0; q < s->n; q++) {
     if (atomic_load(&shm_ctl_of(s, q)->cma_ok) != 1) s->cma = 0;
+    if (atomic_load(&shm_ctl_of(s, q)->membar) != 1) s->light_wake = 0;
+  }
   set_p2p_cma_min(s);
   live_add(c, s);
-  BLOG_INFO(BRAID_SUB_SHM, c->rank, "shm: %d ranks, segment %zu bytes, staging %zu bytes per rank, large transfers %s",
-            s->n, s->total, s->staging,
-            s->cma ? "single-copy (process_vm_readv/writev)" : "copied through shared memory");
+  BLOG_INFO(BRAID_SUB_SHM, c->rank,
+            "shm: %d ranks, segment %zu bytes, staging %zu bytes per rank, large transfers %s, wake-ups %s", s->n,
+            s->total, s->staging, s->cma ? "single-copy (process_vm_readv/writev)" : "copied through shared memory",
+            s->light_wake ? "paired with membarrier (no fence on the sending side)" : "fenced on both sides");
   char cma_from[64] = "never (no single copy)";
   if (s->cma) snprintf(cma_from, sizeof cma_from, "from %zu bytes", s->cma_min);
   BLOG_INFO(BRAID_SUB_SHM, c->rank,
@@ -680,6 +719,7 @@ static braid_status shm_split(braid_comm *parent, braid_comm *child, const int *
     return st;
   }
   s->cma = ps->cma && n > 1;
+  s->light_wake = ps->light_wake;
   set_p2p_cma_min(s);
   live_add(child, s);
   return BRAID_OK;

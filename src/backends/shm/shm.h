@@ -18,6 +18,7 @@
 #define SHM_RING_BYTES (256u << 10)            /* per ordered pair of ranks */
 #define SHM_EAGER_MAX (8u << 10)               /* larger sends go by rendezvous */
 #define SHM_FRAG (64u << 10)                   /* data fragment when streaming through a ring */
+#define SHM_P2P_CMA_MAX ((size_t)4 << 20)      /* larger messages stream unless >= p2p_cma_min */
 #define SHM_NT_MIN ((size_t)16 << 20)          /* transfers from this size copy out with streaming stores */
 #define SHM_BRING 64u                          /* entries of the small-broadcast ring */
 
@@ -48,15 +49,25 @@ typedef struct shm_ctl {
   _Alignas(SHM_CL) int32_t pid;
   _Atomic uint32_t left;   /* braid_destroy ran: exiting afterwards is not a failure */
   _Atomic uint32_t cma_ok; /* 1: could read the next rank's memory, 2: could not */
-  uint32_t pad;
+  _Atomic uint32_t membar; /* 1: registered for expedited global membarrier, 2: not */
   uint64_t probe_addr;
 } shm_ctl;
 
+/* Records carry their own sequence stamp, so a receiver polls the next slot
+   and finds header and payload in one cache miss; only the consumer's
+   position is shared, read by the producer when its cached copy says full. */
 typedef struct shm_ring {
-  _Alignas(SHM_CL) _Atomic uint64_t head; /* producer */
   _Alignas(SHM_CL) _Atomic uint64_t tail; /* consumer */
   _Alignas(SHM_CL) char data[];
 } shm_ring;
+
+/* This rank's private cursors into the rings it writes to and reads from,
+   per peer. */
+typedef struct shm_cursor {
+  uint64_t head;      /* next write position in the ring to the peer */
+  uint64_t tail_seen; /* that ring's consumer position as last read */
+  uint64_t tail;      /* next read position in the ring from the peer */
+} shm_cursor;
 
 typedef struct shm_sendop shm_sendop;
 typedef struct shm_recvop shm_recvop;
@@ -69,6 +80,7 @@ typedef struct shm_state {
   shm_hdr *hdr;
   int n, me;
   int cma;             /* all ranks agreed on single-copy */
+  int light_wake;      /* all ranks registered for membarrier (see shm_wake_fence) */
   size_t staging;      /* bytes per rank */
   size_t cma_min;      /* collectives of at least this many bytes use single copy */
   size_t p2p_cma_min;  /* received messages of at least this many bytes are pulled by single copy */
@@ -88,8 +100,11 @@ typedef struct shm_state {
   shm_recvop *recvs, **recvs_tail;
   shm_umsg *umsgs, **umsgs_tail;
   shm_ctrl **ctrl_q;   /* per destination: control records waiting for ring space */
+  shm_cursor *cur;     /* per peer */
   uint64_t next_id;
   int npending;        /* unfinished sends + receives */
+  int npulls;          /* receives waiting to pull their message by single copy */
+  uint64_t moved;      /* records written to or taken from the rings */
   int in_progress;
   braid_status deferred;
   char deferred_msg[320];
@@ -107,6 +122,16 @@ static inline shm_ring *shm_ring_of(shm_state *s, int src, int dst) {
                       ((size_t)src * (size_t)s->n + (size_t)dst) * (sizeof(shm_ring) + SHM_RING_BYTES));
 }
 
+/* A waker publishes, fences, then reads the peer's sleeping flag; a sleeper
+   sets the flag, fences, then re-checks. When every rank registered for
+   membarrier, the sleeper's side (rare: it is about to sleep) forces the
+   barrier on every CPU and the waker's side needs none, which keeps a full
+   fence (a wait for its stores to reach the peer) off every send. */
+static inline void shm_wake_fence(const shm_state *s) {
+  if (s->light_wake) atomic_signal_fence(memory_order_seq_cst);
+  else atomic_thread_fence(memory_order_seq_cst);
+}
+
 /* Waiting: spin with pause, then yield, then sleep on this rank's futex. */
 typedef struct shm_wait {
   unsigned spins;
@@ -117,6 +142,8 @@ typedef struct shm_wait {
 } shm_wait;
 
 void shm_wait_begin(shm_wait *w);
+/* One step of a wait for peer; what describes the awaited thing in error
+   messages (NULL: the oldest pending point-to-point operation). */
 braid_status shm_wait_step(braid_comm *c, shm_state *s, shm_wait *w, int peer, const char *what);
 void shm_wait_end(shm_state *s, shm_wait *w);
 /* Moves point-to-point work of this process's other shm communicators
@@ -134,6 +161,8 @@ braid_status shm_cma_read(braid_comm *c, shm_state *s, int q, void *local, uint6
 braid_status shm_p2p_send(braid_comm *c, const void *buf, size_t count, braid_dtype dt, int dest, uint32_t tag);
 braid_status shm_p2p_recv(braid_comm *c, void *buf, size_t count, braid_dtype dt, int src, uint32_t tag);
 braid_status shm_p2p_sync(braid_comm *c, double timeout_s, int quiet);
+/* Describes the oldest pending operation, for error messages. */
+void shm_p2p_describe(shm_state *s, char *out, size_t len);
 /* Moves whatever can move without waiting; only fatal errors are returned,
    others are kept for the next sync. */
 braid_status shm_p2p_progress(braid_comm *c, shm_state *s);

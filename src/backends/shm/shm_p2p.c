@@ -7,6 +7,7 @@
    Progress happens in send/recv/sync and in every collective wait, so a
    symmetric exchange never deadlocks. */
 #include <errno.h>
+#include <stddef.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,7 +19,7 @@
 
 enum { REC_PAD = 1, REC_EAGER, REC_RTS, REC_ACK, REC_CTS, REC_DATA };
 enum { S_QUEUED, S_WAIT, S_STREAM };
-enum { R_POSTED, R_STREAM };
+enum { R_POSTED, R_STREAM, R_PULL };
 
 typedef struct shm_rec {
   uint32_t kind, tag;
@@ -28,8 +29,10 @@ typedef struct shm_rec {
   uint32_t dt, pad;
   uint64_t addr;  /* RTS: sender's address; DATA: offset in the message */
   uint64_t total; /* RTS: message bytes */
+  uint64_t seq;   /* ring position + 1, stored last (see stamp_of) */
 } shm_rec;
-_Static_assert(sizeof(shm_rec) <= 64, "record header fits a cache line");
+_Static_assert(sizeof(shm_rec) == 64, "record header is one cache line");
+#define REC_BODY offsetof(shm_rec, seq)
 
 struct shm_sendop {
   shm_sendop *next;
@@ -43,7 +46,7 @@ struct shm_sendop {
 
 struct shm_recvop {
   shm_recvop *next;
-  uint64_t id;
+  uint64_t id, addr; /* R_STREAM, R_PULL: the sender's message; R_PULL: its address */
   int src, state;
   uint32_t tag;
   braid_dtype dt;
@@ -69,10 +72,13 @@ struct shm_ctrl {
 static size_t rup64(size_t x) { return (x + 63) & ~(size_t)63; }
 
 
-/* Single copy costs page pinning per call; below the threshold streaming
-   through the ring (two copies, overlapped between two cores) is faster,
-   unless ranks outnumber cores (see set_p2p_cma_min). */
-static int use_cma(const shm_state *s, size_t bytes) { return s->cma && bytes >= s->p2p_cma_min; }
+/* Rendezvous messages up to SHM_P2P_CMA_MAX are pulled by single copy.
+   Larger ones pay more for pinning the sender's pages than streaming through
+   the ring costs (two copies, overlapped between two cores), up to
+   p2p_cma_min (lower when ranks outnumber cores, see set_p2p_cma_min). */
+static int use_cma(const shm_state *s, size_t bytes) {
+  return s->cma && (bytes <= SHM_P2P_CMA_MAX || bytes >= s->p2p_cma_min);
+}
 
 static void defer(shm_state *s, braid_status st, const char *msg) {
   if (s->deferred) return;
@@ -82,24 +88,45 @@ static void defer(shm_state *s, braid_status st, const char *msg) {
 
 /* ---------------------------------------------------------------- rings */
 
+/* The stamp word of the record slot at ring position pos. A slot's stamp is
+   zeroed by the producer before the record that ends there is published, so
+   stale bytes from an earlier lap (a user's payload included) can never pass
+   for the stamp the consumer expects. */
+static _Atomic uint64_t *stamp_of(shm_ring *r, uint64_t pos) {
+  return (_Atomic uint64_t *)(void *)(r->data + pos % SHM_RING_BYTES + REC_BODY);
+}
+
+/* Writes one record at head that spans span bytes, leaving a zeroed stamp
+   where it ends; the caller has checked the space (span plus that line). */
+static uint64_t ring_write(shm_ring *r, uint64_t head, const shm_rec *h, const void *payload, size_t len,
+                           size_t span) {
+  char *slot = r->data + head % SHM_RING_BYTES;
+  memcpy(slot, h, REC_BODY);
+  if (len) memcpy(slot + 64, payload, len);
+  atomic_store_explicit(stamp_of(r, head + span), 0, memory_order_relaxed);
+  atomic_store_explicit(stamp_of(r, head), head + 1, memory_order_release);
+  return head + span;
+}
+
 static int ring_put(shm_state *s, int dst, const shm_rec *h, const void *payload, size_t len) {
   shm_ring *r = shm_ring_of(s, s->me, dst);
-  uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
-  uint64_t tail = atomic_load_explicit(&r->tail, memory_order_acquire);
+  shm_cursor *k = &s->cur[dst];
+  uint64_t head = k->head;
   size_t need = 64 + rup64(len);
   size_t pos = (size_t)(head % SHM_RING_BYTES), contig = SHM_RING_BYTES - pos;
   size_t pad = contig < need ? contig : 0;
-  if (SHM_RING_BYTES - (size_t)(head - tail) < pad + need) return 0;
+  /* One line more than the record: the zeroed stamp that follows it. */
+  if (SHM_RING_BYTES - (size_t)(head - k->tail_seen) < pad + need + 64) {
+    k->tail_seen = atomic_load_explicit(&r->tail, memory_order_acquire);
+    if (SHM_RING_BYTES - (size_t)(head - k->tail_seen) < pad + need + 64) return 0;
+  }
   if (pad) {
     shm_rec p = {.kind = REC_PAD, .len = contig - 64};
-    memcpy(r->data + pos, &p, sizeof p);
-    head += pad;
-    pos = 0;
+    head = ring_write(r, head, &p, NULL, 0, contig);
   }
-  memcpy(r->data + pos, h, sizeof *h);
-  if (len) memcpy(r->data + pos + 64, payload, len);
-  atomic_store_explicit(&r->head, head + need, memory_order_release);
-  atomic_thread_fence(memory_order_seq_cst);
+  k->head = ring_write(r, head, h, payload, len, need);
+  s->moved++;
+  shm_wake_fence(s);
   shm_wake_one(s, dst);
   return 1;
 }
@@ -175,9 +202,12 @@ static braid_status deliver(braid_comm *c, shm_state *s, int src, const shm_rec 
       return BRAID_OK;
     }
     if (use_cma(s, bytes)) {
-      braid_status st = pull(c, s, src, h->id, h->addr, r->buf, bytes, h->tag);
-      remove_recv(s, link);
-      return st;
+      /* Pulled once this rank's own records are out (see progress). */
+      r->state = R_PULL;
+      r->id = h->id;
+      r->addr = h->addr;
+      s->npulls++;
+      return BRAID_OK;
     }
     r->state = R_STREAM;
     r->id = h->id;
@@ -246,19 +276,20 @@ static braid_status handle(braid_comm *c, shm_state *s, int src, const shm_rec *
 
 static braid_status drain(braid_comm *c, shm_state *s, int src) {
   shm_ring *r = shm_ring_of(s, src, s->me);
-  uint64_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
-  uint64_t head = atomic_load_explicit(&r->head, memory_order_acquire);
-  if (tail == head) return BRAID_OK;
+  uint64_t tail = s->cur[src].tail, start = tail;
   braid_status st = BRAID_OK;
-  while (tail != head && !st) {
+  while (!st && atomic_load_explicit(stamp_of(r, tail), memory_order_acquire) == tail + 1) {
     const char *p = r->data + tail % SHM_RING_BYTES;
     shm_rec h;
     memcpy(&h, p, sizeof h);
     if (h.kind != REC_PAD) st = handle(c, s, src, &h, p + 64);
     tail += 64 + rup64(h.len);
   }
+  if (tail == start) return st;
+  s->moved++;
+  s->cur[src].tail = tail;
   atomic_store_explicit(&r->tail, tail, memory_order_release);
-  atomic_thread_fence(memory_order_seq_cst);
+  shm_wake_fence(s);
   shm_wake_one(s, src);
   return st;
 }
@@ -315,14 +346,34 @@ static void flush(shm_state *s) {
   }
 }
 
-braid_status shm_p2p_progress(braid_comm *c, shm_state *s) {
+/* Single-copy pulls go last, after this rank's own records (a send's
+   descriptor above all) are in the rings: a pull takes as long as the copy,
+   and a peer waiting for that descriptor would otherwise idle meanwhile.
+   braid_send and braid_recv leave pulls to braid_sync and the waits, so a
+   receive posted before a send never holds the send back. */
+static braid_status progress(braid_comm *c, shm_state *s, int do_pulls) {
   s->in_progress = 1;
   braid_status st = BRAID_OK;
   for (int q = 0; q < s->n && !st; q++) st = drain(c, s, q);
   if (!st) flush(s);
+  if (!st && do_pulls && s->npulls) {
+    for (shm_recvop **link = &s->recvs; *link && !st;) {
+      shm_recvop *r = *link;
+      if (r->state != R_PULL) {
+        link = &r->next;
+        continue;
+      }
+      st = pull(c, s, r->src, r->id, r->addr, r->buf, r->bytes, r->tag);
+      s->npulls--;
+      remove_recv(s, link);
+    }
+    if (!st) flush(s);
+  }
   s->in_progress = 0;
   return st;
 }
+
+braid_status shm_p2p_progress(braid_comm *c, shm_state *s) { return progress(c, s, 1); }
 
 /* ---------------------------------------------------------------- calls */
 
@@ -349,7 +400,7 @@ braid_status shm_p2p_send(braid_comm *c, const void *buf, size_t count, braid_dt
   *s->sends_tail = o;
   s->sends_tail = &o->next;
   s->npending++;
-  return shm_p2p_progress(c, s);
+  return progress(c, s, 0);
 }
 
 /* Appends a pending receive; id names the sender's message it streams (R_STREAM). */
@@ -392,8 +443,12 @@ braid_status shm_p2p_recv(braid_comm *c, void *buf, size_t count, braid_dtype dt
     if (!u->rndv) {
       memcpy(buf, u->data, bytes);
     } else if (use_cma(s, bytes)) {
-      st = pull(c, s, src, u->id, u->addr, buf, bytes, tag);
-      if (!st) flush(s);
+      shm_recvop *r = NULL;
+      st = post_recv(c, s, buf, count, dt, src, tag, R_PULL, u->id, &r);
+      if (!st) {
+        r->addr = u->addr;
+        s->npulls++;
+      }
     } else {
       st = post_recv(c, s, buf, count, dt, src, tag, R_STREAM, u->id, NULL);
       if (!st) st = queue_ctrl(c, s, src, REC_CTS, u->id);
@@ -407,25 +462,24 @@ braid_status shm_p2p_recv(braid_comm *c, void *buf, size_t count, braid_dtype dt
   if (st) return st;
   s->just_posted = r;
   s->posted_mismatch[0] = 0;
-  st = shm_p2p_progress(c, s);
+  st = progress(c, s, 0);
   s->just_posted = NULL;
   if (!st && s->posted_mismatch[0]) return braid__fail(c, BRAID_ERR_MISMATCH, "%s", s->posted_mismatch);
   return st;
 }
 
-static void first_pending(shm_state *s, char *out, size_t len, int *peer) {
+/* The rank the oldest pending operation waits for. */
+static int first_peer(const shm_state *s) { return s->recvs ? s->recvs->src : s->sends ? s->sends->dest : -1; }
+
+void shm_p2p_describe(shm_state *s, char *out, size_t len) {
   if (s->recvs) {
     shm_recvop *r = s->recvs;
-    *peer = r->src;
-    snprintf(out, len, "a message with tag %u (%zu bytes) for %d pending receive(s)", r->tag, r->bytes,
-             s->npending);
+    snprintf(out, len, "a message with tag %u (%zu bytes) for %d pending receive(s)", r->tag, r->bytes, s->npending);
   } else if (s->sends) {
     shm_sendop *o = s->sends;
-    *peer = o->dest;
     snprintf(out, len, "it to receive the message with tag %u (%zu bytes) of %d pending operation(s)", o->tag,
              o->bytes, s->npending);
   } else {
-    *peer = -1;
     snprintf(out, len, "pending operations");
   }
 }
@@ -459,20 +513,22 @@ braid_status shm_p2p_sync(braid_comm *c, double timeout_s, int quiet) {
   if (st) return st;
   if (s->deferred) return take_deferred(c, s);
   if (!s->npending) return BRAID_OK;
-  char what[192];
-  int peer = -1, described = -1;
   shm_wait w;
   shm_wait_begin(&w);
+  uint64_t seen = s->moved;
   while (s->npending) {
-    if (described != s->npending) {
-      first_pending(s, what, sizeof what, &peer);
-      described = s->npending;
-    }
-    st = shm_wait_step(c, s, &w, peer, what);
+    st = shm_wait_step(c, s, &w, first_peer(s), NULL);
     if (!st) st = shm_p2p_progress(c, s);
     if (st) {
       shm_wait_end(s, &w);
       return st;
+    }
+    if (s->moved != seen) {
+      /* A long transfer that keeps moving is not a stall: back to spinning
+         (and the deadline counts from the last progress). */
+      seen = s->moved;
+      shm_wait_end(s, &w);
+      shm_wait_begin(&w);
     }
   }
   shm_wait_end(s, &w);

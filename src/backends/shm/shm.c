@@ -497,10 +497,9 @@ static void open_pidfds(shm_state *s) {
    (measured, 4 ranks on 2 cores: 1 MiB ring exchange 150-190 us against
    270-280 us streamed). The choice is the receiver's alone. */
 static void set_p2p_cma_min(shm_state *s) {
-  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   size_t over = (size_t)128 << 10;
   s->p2p_cma_min = s->cma_min;
-  if (ncpu > 0 && s->n > ncpu && over < s->p2p_cma_min) s->p2p_cma_min = over;
+  if (s->oversub && over < s->p2p_cma_min) s->p2p_cma_min = over;
 }
 
 static shm_state *state_new(int n, int me) {
@@ -518,7 +517,8 @@ static shm_state *state_new(int n, int me) {
   for (int q = 0; q < n && s->pidfds; q++) s->pidfds[q] = -1;
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   /* Oversubscribed cores: spinning only delays the rank we wait for. */
-  s->spin_limit = (ncpu > 0 && n > ncpu) ? 64 : 4096;
+  s->oversub = ncpu > 0 && n > ncpu;
+  s->spin_limit = s->oversub ? 64 : 4096;
   s->yield_s = 2e-3;
   if (!s->pids || !s->pidfds || !s->ctrl_q || !s->cur) {
     free(s->pids);
@@ -1027,7 +1027,12 @@ static braid_status shm_all_gather(braid_comm *c, const void *send, void *vrecv,
     if (send != mine) memcpy(mine, send, bytes);
     return BRAID_OK;
   }
-  if (s->cma && bytes * (size_t)(s->n - 1) >= s->cma_min) {
+  /* In place, each rank only fetches the others' blocks, all ranks at once:
+     pulling them by single copy beats two copies through staging from
+     128 KiB to 4 MiB, unless ranks outnumber cores (measured; SHM.md). */
+  size_t pulled = bytes * (size_t)(s->n - 1);
+  int pull_in_place = send == mine && !s->oversub && pulled >= SHM_AG_PULL_MIN && pulled <= SHM_P2P_CMA_MAX;
+  if (s->cma && (pulled >= s->cma_min || pull_in_place)) {
     shm_ctl_of(s, s->me)->addr[0] = (uint64_t)(uintptr_t)send;
     post(s);
     if ((st = wait_all(c, s, s->ph, "its input address in braid_all_gather"))) return st;

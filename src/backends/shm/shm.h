@@ -19,6 +19,7 @@
 #define SHM_EAGER_MAX (8u << 10)               /* larger sends go by rendezvous */
 #define SHM_FRAG (64u << 10)                   /* data fragment when streaming through a ring */
 #define SHM_P2P_CMA_MAX ((size_t)4 << 20)      /* larger messages stream unless >= p2p_cma_min */
+#define SHM_AG_PULL_MIN ((size_t)128 << 10)    /* in-place all-gather pulls from here to SHM_P2P_CMA_MAX */
 #define SHM_NT_MIN ((size_t)16 << 20)          /* transfers from this size copy out with streaming stores */
 #define SHM_BRING 64u                          /* entries of the small-broadcast ring */
 
@@ -80,6 +81,7 @@ typedef struct shm_state {
   shm_hdr *hdr;
   int n, me;
   int cma;             /* all ranks agreed on single-copy */
+  int oversub;         /* more ranks than online CPUs */
   int light_wake;      /* all ranks registered for membarrier (see shm_wake_fence) */
   size_t staging;      /* bytes per rank */
   size_t cma_min;      /* collectives of at least this many bytes use single copy */

@@ -177,12 +177,12 @@ static braid_status report_fail_flag(braid_comm *c, shm_state *s, uint64_t f, in
                      c->call, peer, what);
 }
 
-/* Checks that end a wait: abort, a failure published by any rank, dead or
-   departed peers (every ~100 ms), the deadline. */
 /* A NULL description of the awaited thing is made only for an error message:
    pending point-to-point operations change too often to describe each wait. */
 #define WHAT (what ? what : (shm_p2p_describe(s, desc, sizeof desc), desc))
 
+/* Checks that end a wait: abort, a failure published by any rank, dead or
+   departed peers (every ~100 ms), the deadline. */
 static braid_status wait_checks(braid_comm *c, shm_state *s, shm_wait *w, int peer, const char *what, double now) {
   char desc[192];
   if (braid__aborted(c)) {

@@ -7,8 +7,8 @@
    Progress happens in send/recv/sync and in every collective wait, so a
    symmetric exchange never deadlocks. */
 #include <errno.h>
-#include <stddef.h>
 #include <sched.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -159,6 +159,15 @@ static braid_status queue_ctrl(braid_comm *c, shm_state *s, int dst, uint32_t ki
   return BRAID_OK;
 }
 
+/* Leaves r to pull the sender's message id at addr once this rank's own
+   records are out (see progress). */
+static void pull_later(shm_state *s, shm_recvop *r, uint64_t id, uint64_t addr) {
+  r->state = R_PULL;
+  r->id = id;
+  r->addr = addr;
+  s->npulls++;
+}
+
 /* Pulls a rendezvous message into buf and acknowledges it (single copy). */
 static braid_status pull(braid_comm *c, shm_state *s, int src, uint64_t id, uint64_t addr, char *buf, size_t bytes,
                          uint32_t tag) {
@@ -202,11 +211,7 @@ static braid_status deliver(braid_comm *c, shm_state *s, int src, const shm_rec 
       return BRAID_OK;
     }
     if (use_cma(s, bytes)) {
-      /* Pulled once this rank's own records are out (see progress). */
-      r->state = R_PULL;
-      r->id = h->id;
-      r->addr = h->addr;
-      s->npulls++;
+      pull_later(s, r, h->id, h->addr);
       return BRAID_OK;
     }
     r->state = R_STREAM;
@@ -444,11 +449,8 @@ braid_status shm_p2p_recv(braid_comm *c, void *buf, size_t count, braid_dtype dt
       memcpy(buf, u->data, bytes);
     } else if (use_cma(s, bytes)) {
       shm_recvop *r = NULL;
-      st = post_recv(c, s, buf, count, dt, src, tag, R_PULL, u->id, &r);
-      if (!st) {
-        r->addr = u->addr;
-        s->npulls++;
-      }
+      st = post_recv(c, s, buf, count, dt, src, tag, R_POSTED, 0, &r);
+      if (!st) pull_later(s, r, u->id, u->addr);
     } else {
       st = post_recv(c, s, buf, count, dt, src, tag, R_STREAM, u->id, NULL);
       if (!st) st = queue_ctrl(c, s, src, REC_CTS, u->id);

@@ -146,6 +146,17 @@ static int m_barrier(void *ctx) {
 
 static const char *m_last_error(void *ctx) { return ((mctx *)ctx)->err; }
 
+static void *m_mem_alloc(void *ctx, size_t bytes) {
+  void *p = NULL;
+  if (bytes > (size_t)INT_MAX) {
+    snprintf(((mctx *)ctx)->err, sizeof ((mctx *)ctx)->err, "MPI_Alloc_mem: %zu bytes exceed MPI_Aint here", bytes);
+    return NULL;
+  }
+  return m_check(ctx, MPI_Alloc_mem((MPI_Aint)bytes, MPI_INFO_NULL, &p), "MPI_Alloc_mem") ? NULL : p;
+}
+
+static void m_mem_free(void *ctx, void *p) { (void)m_check(ctx, MPI_Free_mem(p), "MPI_Free_mem"); }
+
 static void m_describe(void *ctx, perf_op op, FILE *out) {
   (void)ctx;
   (void)op;
@@ -191,6 +202,8 @@ int main(int argc, char **argv) {
         .last_error = m_last_error,
         .describe = m_describe,
         .rs_inplace_result_at_start = 1,
+        .mem_alloc = m_mem_alloc,
+        .mem_free = m_mem_free,
     };
     rc = perf_run(&a, &L);
   }

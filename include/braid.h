@@ -164,6 +164,17 @@ BRAID_API braid_status braid_barrier(braid_comm *c);
    color BRAID_SPLIT_NONE -> *out = NULL. */
 BRAID_API braid_status braid_split(braid_comm *c, uint32_t color, uint32_t key, braid_comm **out);
 
+/* Host memory for communication buffers, like ncclMemAlloc. It is ordinary
+   read/write memory that any backend accepts, but every process of this host
+   can map it: the shm backend's peers copy straight out of such a buffer
+   (one copy, no staging, no page pinning) instead of through shared staging
+   space. Not tied to a communicator; thread-safe. The size is rounded up to
+   whole pages; pages are zero-filled on first touch. */
+BRAID_API braid_status braid_mem_alloc(void **ptr, size_t size);
+/* ptr must be a pointer braid_mem_alloc returned (NULL is a no-op), and no
+   operation may still use it. */
+BRAID_API braid_status braid_mem_free(void *ptr);
+
 /* CUDA stream/event synchronization for compute/communication overlap.
    Backends without a communication stream return false / BRAID_ERR_UNSUPPORTED.
    Events and streams are opaque handles (cudaEvent_t / cudaStream_t values). */

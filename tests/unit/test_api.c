@@ -518,12 +518,77 @@ static int test_logging(void) {
   return 0;
 }
 
+/* braid_mem_alloc / braid_mem_free: argument errors with their messages,
+   zero-filled page-rounded memory, many allocations, use with a backend
+   (self), a mapping the rest of the host could open, no reuse after free. */
+static int test_mem_alloc(void) {
+  clear_env();
+  void *p = (void *)1;
+  BT_CHECK_ST(braid_mem_alloc(NULL, 64), BRAID_ERR_INVALID_ARG, NULL);
+  BT_CHECK_MSG(NULL, "braid_mem_alloc: ptr is NULL");
+  BT_CHECK_ST(braid_mem_alloc(&p, 0), BRAID_ERR_INVALID_ARG, NULL);
+  BT_CHECK_MSG(NULL, "braid_mem_alloc: size 0 is zero");
+  BT_CHECK(p == NULL, "a failed allocation leaves *ptr NULL");
+  BT_CHECK_ST(braid_mem_alloc(&p, SIZE_MAX), BRAID_ERR_INVALID_ARG, NULL);
+  BT_CHECK_MSG(NULL, "too large");
+  BT_CHECK_OK(braid_mem_free(NULL), NULL);
+  int local = 0;
+  BT_CHECK_ST(braid_mem_free(&local), BRAID_ERR_INVALID_ARG, NULL);
+  BT_CHECK_MSG(NULL, "was not returned by braid_mem_alloc");
+
+  enum { NA = 40 };
+  unsigned char *a[NA];
+  long page = sysconf(_SC_PAGESIZE);
+  for (int i = 0; i < NA; i++) {
+    size_t sz = (size_t)(i * 3001 + 1);
+    BT_CHECK_OK(braid_mem_alloc((void **)&a[i], sz), NULL);
+    BT_CHECK(((uintptr_t)a[i] % (uintptr_t)page) == 0, "allocation %d not page aligned", i);
+    /* Zero-filled and writable to the end of the last page. */
+    size_t rounded = (sz + (size_t)page - 1) / (size_t)page * (size_t)page;
+    for (size_t j = 0; j < rounded; j += 97) BT_CHECK(a[i][j] == 0, "allocation %d byte %zu not zero", i, j);
+    memset(a[i], i, rounded);
+  }
+  for (int i = 0; i < NA; i++) BT_CHECK(a[i][0] == (unsigned char)i, "allocation %d overwritten", i);
+  /* Freed out of order; an interior pointer or a second free is refused. */
+  for (int i = 1; i < NA; i += 2) BT_CHECK_OK(braid_mem_free(a[i]), NULL);
+  BT_CHECK_ST(braid_mem_free(a[2] + 1), BRAID_ERR_INVALID_ARG, NULL);
+  BT_CHECK_ST(braid_mem_free(a[1]), BRAID_ERR_INVALID_ARG, NULL);
+  BT_CHECK_MSG(NULL, "or was freed already");
+  for (int i = 0; i < NA; i += 2) BT_CHECK(a[i][1] == (unsigned char)i, "allocation %d changed by frees", i);
+
+  /* Any backend takes it like ordinary memory. */
+  braid_comm *c = self_comm();
+  float *f;
+  BT_CHECK_OK(braid_mem_alloc((void **)&f, 1000 * sizeof(float)), NULL);
+  for (int i = 0; i < 1000; i++) f[i] = (float)i;
+  BT_CHECK_OK(braid_all_reduce(c, f, 1000, BRAID_F32, BRAID_SUM), c);
+  BT_CHECK_OK(braid_sync(c), c);
+  for (int i = 0; i < 1000; i++) BT_CHECK(f[i] == (float)i, "element %d", i);
+  BT_CHECK_OK(braid_destroy(c), NULL);
+
+  /* Another process of the host can open it: it is a memfd named after the allocation. */
+  int found = 0;
+  char path[64], link[128];
+  for (int fd = 0; fd < 1024 && !found; fd++) {
+    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(path, link, sizeof link - 1);
+    if (n > 0) {
+      link[n] = 0;
+      found = strstr(link, "memfd:braid-mem-") != NULL;
+    }
+  }
+  BT_CHECK(found, "no memfd behind braid_mem_alloc memory");
+  BT_CHECK_OK(braid_mem_free(f), NULL);
+  for (int i = 0; i < NA; i += 2) BT_CHECK_OK(braid_mem_free(a[i]), NULL);
+  return 0;
+}
+
 static const bt_case cases[] = {
     BT_CASE(test_version_and_names), BT_CASE(test_init_defaults),   BT_CASE(test_init_errors),
     BT_CASE(test_null_comm),         BT_CASE(test_invalid_args),    BT_CASE(test_count_zero),
     BT_CASE(test_self_collectives),  BT_CASE(test_self_send_recv),  BT_CASE(test_split),
     BT_CASE(test_abort_is_sticky),   BT_CASE(test_timeout),         BT_CASE(test_destroy_pending_bounded),
-    BT_CASE(test_logging),
+    BT_CASE(test_logging),           BT_CASE(test_mem_alloc),
 };
 
 int main(int argc, char **argv) { return bt_main(argc, argv, cases, BT_COUNT(cases)); }

@@ -232,7 +232,19 @@ typedef struct ccase {
   braid_op op;
   size_t count;
   int inplace, mis;
+  int mem; /* buffers from braid_mem_alloc: 0 none, 1 every rank, 2 even ranks only */
 } ccase;
+
+static void *buf_alloc(int braid_mem, size_t bytes) {
+  void *p = NULL;
+  if (!braid_mem) return malloc(bytes);
+  return braid_mem_alloc(&p, bytes) == BRAID_OK ? p : NULL;
+}
+
+static void buf_free(int braid_mem, void *p) {
+  if (braid_mem) braid_mem_free(p);
+  else free(p);
+}
 
 #define GUARD 64
 
@@ -242,7 +254,8 @@ static int one_coll(braid_comm *c, int rank, int n, const ccase *k) {
   size_t in_elems = k->coll == C_RS ? cnt * (size_t)n : cnt;
   size_t out_elems = k->coll == C_AG ? cnt * (size_t)n : cnt;
   size_t big = (in_elems > out_elems ? in_elems : out_elems) * es;
-  unsigned char *sraw = malloc(big + 2 * GUARD + 8), *rraw = malloc(big + 2 * GUARD + 8);
+  int bm = k->mem == 1 || (k->mem == 2 && rank % 2 == 0);
+  unsigned char *sraw = buf_alloc(bm, big + 2 * GUARD + 8), *rraw = buf_alloc(bm, big + 2 * GUARD + 8);
   unsigned char *want = malloc(out_elems * es + 1), *copy = malloc(in_elems * es + 1);
   BT_CHECK(sraw && rraw && want && copy, "out of memory");
   unsigned char *sbuf = sraw + GUARD + k->mis, *rbuf = rraw + GUARD + k->mis;
@@ -315,8 +328,8 @@ static int one_coll(braid_comm *c, int rank, int n, const ccase *k) {
     BT_CHECK_OK(braid_all_gather(c, &h, hs, 1, BRAID_U64), c);
     for (int q = 0; q < n; q++) BT_CHECK(hs[q] == h, "%s: rank %d's result differs from rank %d's", name, q, rank);
   }
-  free(sraw);
-  free(rraw);
+  buf_free(bm, sraw);
+  buf_free(bm, rraw);
   free(want);
   free(copy);
   return 0;
@@ -326,6 +339,7 @@ typedef struct matrix {
   const size_t *counts;
   int ncounts;
   int full; /* every dtype x op; else a few */
+  int mem;  /* ccase.mem */
 } matrix;
 
 static int body_matrix(braid_comm *c, int rank, int n, void *arg) {
@@ -346,7 +360,7 @@ static int body_matrix(braid_comm *c, int rank, int n, void *arg) {
             if ((coll == C_BC || coll == C_AG) && op != BRAID_SUM) continue;
             for (int ip = 0; ip < 2; ip++) {
               if (ip && coll == C_BC) continue;
-              ccase k = {coll, d, (braid_op)op, m->counts[ci], ip, (ci + di + op) % 8};
+              ccase k = {coll, d, (braid_op)op, m->counts[ci], ip, (ci + di + op) % 8, m->mem};
               if (one_coll(c, rank, n, &k)) return 1;
             }
           }
@@ -357,7 +371,7 @@ static int body_matrix(braid_comm *c, int rank, int n, void *arg) {
       for (int coll = C_AR; coll <= C_RS; coll++) {
         if ((coll == C_BC || coll == C_AG) && fi > 1) continue;
         ccase k = {coll, few[fi].d, coll == C_BC || coll == C_AG ? BRAID_SUM : few[fi].op, m->counts[ci],
-                   (fi + coll) % 2, (fi * 3 + coll) % 8};
+                   (fi + coll) % 2, (fi * 3 + coll) % 8, m->mem};
         if (one_coll(c, rank, n, &k)) return 1;
       }
   }
@@ -366,7 +380,7 @@ static int body_matrix(braid_comm *c, int rank, int n, void *arg) {
 
 static int test_coll_small(void) {
   static const size_t counts[] = {0, 1, 7, 1000};
-  matrix m = {counts, 4, 1};
+  matrix m = {counts, 4, 1, 0};
   static const int sizes[] = {1, 2, 3, 4, 5, 8};
   for (size_t i = 0; i < BT_COUNT(sizes); i++) {
     if (quick() && sizes[i] == 5) continue;
@@ -379,7 +393,7 @@ static int test_coll_small(void) {
 static int test_coll_large(void) {
   static const size_t counts[] = {5000, 70001, 1000003};
   static const size_t qcounts[] = {5000, 70001, 200003};
-  matrix m = {quick() ? qcounts : counts, 3, 0};
+  matrix m = {quick() ? qcounts : counts, 3, 0, 0};
   static const int sizes[] = {2, 3, 4};
   /* Staging rounds, then single copy from 64 KiB up. */
   static const char *const env[] = {"BRAID_SHM_CMA_MIN=64K", NULL};
@@ -391,13 +405,169 @@ static int test_coll_large(void) {
 static int test_coll_large_nocma(void) {
   static const size_t counts[] = {1000003};
   static const size_t qcounts[] = {200003};
-  matrix m = {quick() ? qcounts : counts, 1, 0};
+  matrix m = {quick() ? qcounts : counts, 1, 0, 0};
   /* A small staging buffer forces many pipelined rounds. */
   static const char *const env[] = {"BRAID_SHM_CMA=0", "BRAID_SHM_BUFFER=96K", NULL};
   if (run_env(3, body_matrix, &m, env, -1, 240)) return 1;
   if (!quick() && run_env(2, body_matrix, &m, env, -1, 240)) return 1;
   return 0;
 }
+
+/* ---------------------------------------------------------------- braid memory */
+
+/* Buffers from braid_mem_alloc on every rank (read in place by peers) or on
+   even ranks only (mixed with staging), every collective in both placements,
+   offsets inside the allocation not page aligned. */
+static int body_zc(braid_comm *c, int rank, int n, void *arg) {
+  const matrix *m = arg;
+  static const struct {
+    braid_dtype d;
+    braid_op op;
+  } few[] = {{BRAID_F32, BRAID_SUM}, {BRAID_BF16, BRAID_AVG}, {BRAID_U8, BRAID_MAX}};
+  for (int ci = 0; ci < m->ncounts; ci++)
+    for (int fi = 0; fi < (int)BT_COUNT(few); fi++)
+      for (int coll = C_AR; coll <= C_RS; coll++)
+        for (int ip = 0; ip < 2; ip++) {
+          if (ip && coll == C_BC) continue;
+          braid_op op = coll == C_BC || coll == C_AG ? BRAID_SUM : few[fi].op;
+          ccase k = {coll, few[fi].d, op, m->counts[ci], ip, (ci + fi + coll) % 8, m->mem};
+          if (one_coll(c, rank, n, &k)) return 1;
+        }
+  return 0;
+}
+
+static int test_zc_coll(void) {
+  static const size_t counts[] = {5000, 70001, 1000003};
+  static const size_t qcounts[] = {5000, 70001, 200003};
+  static const char *const cma[] = {"BRAID_SHM_CMA_MIN=64K", NULL};
+  static const char *const off[] = {"BRAID_SHM_ZEROCOPY=0", NULL};
+  static const int sizes[] = {2, 3, 4};
+  for (int mem = 1; mem <= 2; mem++) {
+    matrix m = {quick() ? qcounts : counts, 3, 0, mem};
+    for (size_t i = 0; i < BT_COUNT(sizes); i++)
+      if (run(sizes[i], body_zc, &m)) return 1;
+    /* Single-copy paths that read braid memory in place. */
+    if (run_env(3, body_zc, &m, cma, -1, 240)) return 1;
+  }
+  matrix m = {qcounts, 2, 0, 1};
+  return run_env(2, body_zc, &m, off, -1, 240);
+}
+
+/* Rank 0 broadcasts from braid memory: peers map its allocations, keep at
+   most SHM_ZMAP_CAP of them, and drop those rank 0 has freed when it next
+   announces one. Read-only shared mappings of other processes' braid memory
+   are counted in /proc/self/maps. */
+static int peer_mappings(void) {
+  FILE *f = fopen("/proc/self/maps", "r");
+  if (!f) return -1;
+  char line[512];
+  int k = 0;
+  while (fgets(line, sizeof line, f))
+    if (strstr(line, "/memfd:braid-mem-") && strstr(line, " r--s ")) k++;
+  fclose(f);
+  return k;
+}
+
+static int body_zc_mappings(braid_comm *c, int rank, int n, void *arg) {
+  (void)arg;
+  (void)n;
+  enum { NB = 12, CNT = 50000 };
+  float *bufs[NB] = {0}, *mine = malloc(CNT * 4);
+  BT_CHECK(mine != NULL, "oom");
+  for (int i = 0; i < NB; i++) {
+    if (rank == 0) {
+      BT_CHECK_OK(braid_mem_alloc((void **)&bufs[i], CNT * 4), NULL);
+      for (int j = 0; j < CNT; j++) bufs[i][j] = (float)(i * 100000 + j);
+    }
+    BT_CHECK_OK(braid_broadcast(c, rank == 0 ? bufs[i] : mine, CNT, BRAID_F32, 0), c);
+    if (rank != 0)
+      for (int j = 0; j < CNT; j++) BT_CHECK(mine[j] == (float)(i * 100000 + j), "buffer %d element %d", i, j);
+  }
+  int held = rank == 0 ? 0 : peer_mappings();
+  if (rank != 0) BT_CHECK(held == 8, "rank %d maps %d of rank 0's allocations, expected the cache's 8", rank, held);
+  /* Free all but the last; the next broadcast from it drops the others. */
+  if (rank == 0)
+    for (int i = 0; i < NB - 1; i++) BT_CHECK_OK(braid_mem_free(bufs[i]), NULL);
+  BT_CHECK_OK(braid_broadcast(c, rank == 0 ? bufs[NB - 1] : mine, CNT, BRAID_F32, 0), c);
+  if (rank != 0) BT_CHECK(peer_mappings() == 1, "rank %d still maps %d allocations", rank, peer_mappings());
+  BT_CHECK_OK(braid_barrier(c), c);
+  if (rank == 0) BT_CHECK_OK(braid_mem_free(bufs[NB - 1]), NULL);
+  free(mine);
+  return 0;
+}
+
+static int test_zc_mappings(void) { return run(3, body_zc_mappings, NULL); }
+
+/* Point to point from and into braid memory: eager, pulled and (beyond
+   4 MiB, where heap buffers stream) large messages; expected and unexpected;
+   braid memory on the sender only, the receiver only, or both. */
+static int body_zc_p2p(braid_comm *c, int rank, int n, void *arg) {
+  (void)arg;
+  static const size_t sizes[] = {1, 100000, 9u << 20};
+  int right = (rank + 1) % n, left = (rank + n - 1) % n;
+  for (int who = 1; who <= 3; who++)
+    for (size_t si = 0; si < BT_COUNT(sizes); si++)
+      for (int late = 0; late < 2; late++) {
+        size_t bytes = sizes[si];
+        int sm = who & 1, rm = (who >> 1) & 1;
+        /* Offsets inside the allocations: in-place reads must honour them. */
+        unsigned char *sraw = buf_alloc(sm, bytes + 64), *rraw = buf_alloc(rm, bytes + 64);
+        BT_CHECK(sraw && rraw, "oom");
+        unsigned char *sb = sraw + 3, *rb = rraw + 5;
+        for (size_t i = 0; i < bytes; i++) sb[i] = (unsigned char)(rank * 13 + i * 7 + who);
+        memset(rb, 0, bytes);
+        uint32_t first = (uint32_t)rank, got = UINT32_MAX;
+        BT_CHECK_OK(braid_send(c, &first, 1, BRAID_U32, right, 8), c);
+        BT_CHECK_OK(braid_send(c, sb, bytes, BRAID_U8, right, 9), c);
+        if (late) {
+          /* Both are in the ring by now; receiving the first takes the
+             second out too, before its receive is posted (unexpected). */
+          usleep(20000);
+        }
+        BT_CHECK_OK(braid_recv(c, &got, 1, BRAID_U32, left, 8), c);
+        BT_CHECK_OK(braid_recv(c, rb, bytes, BRAID_U8, left, 9), c);
+        BT_CHECK_OK(braid_sync(c), c);
+        BT_CHECK(got == (uint32_t)left, "first message from %d reads %u", left, got);
+        for (size_t i = 0; i < bytes; i++)
+          BT_CHECK(rb[i] == (unsigned char)(left * 13 + i * 7 + who), "who %d size %zu late %d: byte %zu wrong", who,
+                   bytes, late, i);
+        BT_CHECK_OK(braid_barrier(c), c);
+        buf_free(sm, sraw);
+        buf_free(rm, rraw);
+      }
+  return 0;
+}
+
+static int test_zc_p2p(void) {
+  static const char *const nocma[] = {"BRAID_SHM_CMA=0", NULL};
+  return run(2, body_zc_p2p, NULL) || run(3, body_zc_p2p, NULL) || run_env(2, body_zc_p2p, NULL, nocma, -1, 120);
+}
+
+/* All-gather where some ranks pass their block in place and others do not,
+   at the sizes where in-place calls may fetch by single copy. */
+static int body_ag_mixed(braid_comm *c, int rank, int n, void *arg) {
+  (void)arg;
+  static const size_t counts[] = {20000, 70000, 400000};
+  for (size_t ci = 0; ci < BT_COUNT(counts); ci++)
+    for (int pattern = 0; pattern < 2; pattern++) {
+      size_t cnt = counts[ci];
+      uint32_t *recv = malloc(cnt * (size_t)n * 4), *send = malloc(cnt * 4);
+      BT_CHECK(recv && send, "oom");
+      int inplace = (rank + pattern) % 2 == 0;
+      uint32_t *src = inplace ? recv + (size_t)rank * cnt : send;
+      for (size_t i = 0; i < cnt; i++) src[i] = (uint32_t)(rank * 7919 + i);
+      BT_CHECK_OK(braid_all_gather(c, src, recv, cnt, BRAID_U32), c);
+      BT_CHECK_OK(braid_sync(c), c);
+      for (int q = 0; q < n; q++)
+        for (size_t i = 0; i < cnt; i++)
+          BT_CHECK(recv[(size_t)q * cnt + i] == (uint32_t)(q * 7919 + i), "count %zu block %d element %zu", cnt, q, i);
+      free(recv);
+      free(send);
+    }
+  return 0;
+}
+
+static int test_ag_mixed_placement(void) { return run(2, body_ag_mixed, NULL) || run(3, body_ag_mixed, NULL); }
 
 static int body_sixteen(braid_comm *c, int rank, int n, void *arg) {
   (void)arg;
@@ -805,13 +975,15 @@ static int test_p2p_mismatch(void) {
 typedef struct kill_case {
   int what; /* 0 all-reduce, 1 broadcast, 2 recv, 3 abort */
   int victim;
+  int mem;  /* buffers from braid_mem_alloc (read in place by peers) */
 } kill_case;
 
 static int body_kill(braid_comm *c, int rank, int n, void *arg) {
   const kill_case *k = arg;
   size_t cnt = 1 << 18;
-  float *buf = calloc(cnt, 4);
+  float *buf = buf_alloc(k->mem, cnt * 4);
   BT_CHECK(buf != NULL, "oom");
+  memset(buf, 0, cnt * 4);
   for (int it = 0;; it++) {
     if (rank == k->victim && it == 3) {
       if (k->what == 3) {
@@ -826,8 +998,10 @@ static int body_kill(braid_comm *c, int rank, int n, void *arg) {
     if (k->what == 0 || k->what == 3) st = braid_all_reduce(c, buf, it % 2 ? cnt : 3, BRAID_F32, BRAID_SUM);
     else if (k->what == 1) st = braid_broadcast(c, buf, it % 2 ? cnt : 3, BRAID_F32, (it + 1) % n);
     else {
-      st = braid_recv(c, buf, 4, BRAID_F32, (rank + n - 1) % n, 3);
-      if (!st) st = braid_send(c, buf, 4, BRAID_F32, (rank + 1) % n, 3);
+      /* Large enough to go by rendezvous: the receiver reads the sender's buffer. */
+      size_t m = k->mem ? cnt / 2 : 4;
+      st = braid_recv(c, buf + cnt / 2, m, BRAID_F32, (rank + n - 1) % n, 3);
+      if (!st) st = braid_send(c, buf, m, BRAID_F32, (rank + 1) % n, 3);
       if (!st) st = braid_sync(c);
     }
     double dt = now_s() - t0;
@@ -849,21 +1023,23 @@ static int body_kill(braid_comm *c, int rank, int n, void *arg) {
     BT_CHECK_ST(braid_barrier(c), BRAID_ERR_PEER_LOST, c);
     break;
   }
-  free(buf);
+  buf_free(k->mem, buf);
   return 0;
 }
 
 static int test_kill_peer(void) {
   static const char *const env[] = {"BRAID_TIMEOUT=100", NULL};
-  for (int what = 0; what < 4; what++) {
-    kill_case k = {what, what == 2 ? 1 : 2};
-    int before = shm_entries();
-    if (run_env(4, body_kill, &k, env, k.victim, 60)) {
-      fprintf(stderr, "kill test %d failed\n", what);
-      return 1;
+  for (int mem = 0; mem < 2; mem++)
+    for (int what = 0; what < 4; what++) {
+      if (mem && what == 3) continue;
+      kill_case k = {what, what == 2 ? 1 : 2, mem};
+      int before = shm_entries();
+      if (run_env(4, body_kill, &k, env, k.victim, 60)) {
+        fprintf(stderr, "kill test %d (braid memory: %d) failed\n", what, mem);
+        return 1;
+      }
+      BT_CHECK(shm_entries() <= before, "kill test %d left /dev/shm entries", what);
     }
-    BT_CHECK(shm_entries() <= before, "kill test %d left /dev/shm entries", what);
-  }
   return 0;
 }
 
@@ -1071,6 +1247,8 @@ static const bt_case cases[] = {
     {"drift", test_drift, 200},           {"ring_wake", test_ring_wake, 60},
     {"mismatch_waiting", test_mismatch_waiting, 60}, {"cross_comm", test_cross_comm, 90},
     {"mix", test_mix, 400},
+    {"zc_coll", test_zc_coll, 400},       {"zc_mappings", test_zc_mappings, 60},
+    {"zc_p2p", test_zc_p2p, 120},         {"ag_mixed_placement", test_ag_mixed_placement, 60},
 };
 
 int main(int argc, char **argv) { return bt_main(argc, argv, cases, BT_COUNT(cases)); }

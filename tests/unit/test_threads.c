@@ -2,6 +2,7 @@
    a blocked braid_sync lets other threads' sends through, braid_abort from any
    thread wakes every waiter. Also runs under ThreadSanitizer (make test-tsan). */
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -162,14 +163,38 @@ static int test_abort_races_callers(void) {
 typedef struct shm_pair {
   braid_comm *c;
   int rank, n, p2p, failures;
+  int mem; /* buffers from braid_mem_alloc, read in place by the peer */
 } shm_pair;
+
+static float *pair_alloc(const shm_pair *w, size_t cnt) {
+  void *p = NULL;
+  if (!w->mem) return calloc(cnt, sizeof(float));
+  return braid_mem_alloc(&p, cnt * sizeof(float)) == BRAID_OK ? p : NULL; /* zero-filled */
+}
+
+static void pair_free(const shm_pair *w, float *p) {
+  if (w->mem) braid_mem_free(p);
+  else free(p);
+}
+
+/* Allocates and frees braid memory while the communicators look buffers up. */
+static void *churn(void *p) {
+  int *stop = p, bad = 0;
+  while (!__atomic_load_n(stop, __ATOMIC_ACQUIRE)) {
+    void *a = NULL;
+    if (braid_mem_alloc(&a, 5000) != BRAID_OK || braid_mem_free(a) != BRAID_OK) bad++;
+  }
+  return (void *)(intptr_t)bad;
+}
 
 static void *shm_side(void *p) {
   shm_pair *w = p;
   size_t cnt = 40000;
-  float *buf = calloc(cnt, sizeof *buf), *in = calloc(cnt, sizeof *in);
+  float *buf = pair_alloc(w, cnt), *in = pair_alloc(w, cnt);
   if (!buf || !in) {
     w->failures++;
+    pair_free(w, buf);
+    pair_free(w, in);
     return NULL;
   }
   for (int i = 0; i < 40; i++) {
@@ -186,27 +211,38 @@ static void *shm_side(void *p) {
         w->failures++;
     }
   }
-  free(buf);
-  free(in);
+  pair_free(w, buf);
+  pair_free(w, in);
   return NULL;
 }
 
 static int body_shm_two_threads(braid_comm *c, int rank, int n, void *arg) {
-  (void)arg;
+  int mem = *(const int *)arg, stop = 0;
   braid_comm *dup = NULL;
   BT_CHECK_OK(braid_split(c, 0, rank, &dup), c);
-  shm_pair a = {c, rank, n, 1, 0}, b = {dup, rank, n, 0, 0};
-  pthread_t ta, tb;
+  shm_pair a = {c, rank, n, 1, 0, mem}, b = {dup, rank, n, 0, 0, mem};
+  pthread_t ta, tb, tc;
   BT_CHECK(pthread_create(&ta, NULL, shm_side, &a) == 0 && pthread_create(&tb, NULL, shm_side, &b) == 0, "threads");
+  if (mem) BT_CHECK(pthread_create(&tc, NULL, churn, &stop) == 0, "thread");
   pthread_join(ta, NULL);
   pthread_join(tb, NULL);
+  void *churn_bad = NULL;
+  if (mem) {
+    __atomic_store_n(&stop, 1, __ATOMIC_RELEASE);
+    pthread_join(tc, &churn_bad);
+  }
   BT_CHECK(a.failures == 0 && b.failures == 0, "rank %d: %d send/recv and %d all-reduce failures: %s", rank,
            a.failures, b.failures, braid_last_error(NULL));
+  BT_CHECK(churn_bad == NULL, "rank %d: braid_mem_alloc/free failed beside the communicators", rank);
   BT_CHECK_OK(braid_destroy(dup), NULL);
   return 0;
 }
 
-static int test_shm_two_threads(void) { return bt_run_ranks("shm", 2, 120, body_shm_two_threads, NULL); }
+static int test_shm_two_threads(void) {
+  int heap = 0, mem = 1;
+  return bt_run_ranks("shm", 2, 120, body_shm_two_threads, &heap) ||
+         bt_run_ranks("shm", 2, 120, body_shm_two_threads, &mem);
+}
 
 static const bt_case cases[] = {
     BT_CASE(test_concurrent_calls),

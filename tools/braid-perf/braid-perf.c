@@ -34,6 +34,13 @@ static int b_check(bctx *b, braid_status st) {
   return -1;
 }
 
+static void *b_mem_alloc(void *ctx, size_t bytes) {
+  void *p = NULL;
+  return b_check(ctx, braid_mem_alloc(&p, bytes)) ? NULL : p;
+}
+
+static void b_mem_free(void *ctx, void *p) { (void)b_check(ctx, braid_mem_free(p)); }
+
 /* braid_all_reduce and braid_broadcast work in place only; sendrecv needs two
    buffers (a send may still read its buffer until braid_sync). */
 static unsigned b_placements(void *ctx, perf_op op) {
@@ -151,6 +158,8 @@ int main(int argc, char **argv) {
       .last_error = b_last_error,
       .describe = b_describe,
       .rs_inplace_result_at_start = 0,
+      .mem_alloc = b_mem_alloc,
+      .mem_free = b_mem_free,
   };
   rc = perf_run(&a, &L);
   st = braid_destroy(c);

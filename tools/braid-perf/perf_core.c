@@ -219,6 +219,8 @@ void perf_usage(FILE *out, const char *prog) {
           "                        list, or all\n"
           "  -r, --root R          broadcast root; default 0\n"
           "  -c, --check 0|1       check every element after timing; default 1\n"
+          "  -R, --mem 0|1         1: buffers from the library's allocator (braid_mem_alloc,\n"
+          "                        MPI_Alloc_mem) instead of the heap; default 0\n"
           "      --time S          target seconds per size when adapting; default 0.1\n"
           "      --json            one JSON object per size and placement instead of the table\n"
           "  -h, --help            this text\n"
@@ -311,7 +313,7 @@ int perf_parse_args(int argc, char **argv, perf_args *a, const char *prog, int q
       const char *l;
     } vopts[] = {{'b', "minbytes"}, {'e', "maxbytes"}, {'f', "stepfactor"}, {'i', "stepbytes"},
                  {'n', "iters"},    {'w', "warmup_iters"}, {'d', "datatype"}, {'o', "op"},
-                 {'r', "root"},     {'c', "check"},    {'T', "time"}};
+                 {'r', "root"},     {'c', "check"},    {'R', "mem"},  {'T', "time"}};
     char key = 0;
     const char *val = NULL;
     if (arg[1] == '-') {
@@ -364,6 +366,10 @@ int perf_parse_args(int argc, char **argv, perf_args *a, const char *prog, int q
     case 'c':
       if (strcmp(val, "0") && strcmp(val, "1")) return usage_error(a, quiet, "-c (check)", val, "expected 0 or 1");
       a->check = val[0] == '1';
+      break;
+    case 'R':
+      if (strcmp(val, "0") && strcmp(val, "1")) return usage_error(a, quiet, "-R (mem)", val, "expected 0 or 1");
+      a->lib_mem = val[0] == '1';
       break;
     case 'T':
       if (parse_double(val, 1e-4, 3600, &a->target_s))
@@ -1085,7 +1091,9 @@ static void print_table_header(const perf_args *a, perf_layer *L, perf_op op, co
   printf(" warmup iters: %ld", a->warmup >= 0 ? a->warmup : DEFAULT_WARMUP);
   if (a->iters > 0) printf(" iters: %ld", a->iters);
   else printf(" iters: adaptive (~%g s per size)", a->target_s);
-  printf(" validation: %d\n#\n", a->check);
+  printf(" validation: %d", a->check);
+  if (a->lib_mem) printf(" buffers: library allocator");
+  printf("\n#\n");
   printf("# Using hosts\n");
   for (int r = 0; r < L->nranks; r++) printf("#  Rank %2d %s\n", r, hosts + (size_t)r * hostlen);
   printf("#\n");
@@ -1151,14 +1159,21 @@ static void print_json(perf_layer *L, const perf_args *a, perf_op op, braid_dtyp
   char backend[256];
   json_string(backend, sizeof backend, L->backend);
   printf("{\"op\":\"%s\",\"backend\":%s,\"nranks\":%d,\"dtype\":\"%s\",\"redop\":\"%s\",\"root\":%d,"
-         "\"size\":%zu,\"count\":%zu,\"inplace\":%s,\"time_us\":%.6g,\"algbw\":%.6g,\"busbw\":%.6g,\"wrong\":%s}\n",
+         "\"size\":%zu,\"count\":%zu,\"inplace\":%s,\"mem\":\"%s\",\"time_us\":%.6g,\"algbw\":%.6g,\"busbw\":%.6g,"
+         "\"wrong\":%s}\n",
          perf_op_name(op), backend, L->nranks, op == PERF_BARRIER ? "none" : perf_dtype_name(dt),
          op_reduces(op) ? perf_redop_name(rop) : "none", op == PERF_BROADCAST ? a->root : -1, bytes, count,
-         inplace ? "true" : "false", r->time_s * 1e6, r->algbw, r->busbw, wrong);
+         inplace ? "true" : "false", a->lib_mem ? "library" : "heap", r->time_s * 1e6, r->algbw, r->busbw, wrong);
   fflush(stdout);
 }
 
 /* ------------------------------------------------------------------ driver */
+
+static void buf_free(const perf_args *a, perf_layer *L, void *p) {
+  if (!p) return;
+  if (a->lib_mem) L->mem_free(L->ctx, p);
+  else free(p);
+}
 
 typedef struct totals {
   int64_t wrong;
@@ -1276,10 +1291,22 @@ int perf_run(const perf_args *a, perf_layer *L) {
   int data_ops = 0;
   for (int k = 0; a->ops[k] >= 0; k++) data_ops += a->ops[k] != PERF_BARRIER;
   size_t bufbytes = (data_ops ? a->maxbytes : 0) + maxesz * (size_t)n + 4096; /* barrier alone moves nothing */
+  if (a->lib_mem && !L->mem_alloc) {
+    if (L->rank == 0)
+      fprintf(stderr, "%s: invalid value '1' for -R (mem): %s has no allocator of its own\n", a->prog, L->library);
+    return PERF_EXIT_USAGE;
+  }
   unsigned char *sbuf = NULL, *rbuf = NULL;
-  if (posix_memalign((void **)&sbuf, 4096, bufbytes) || posix_memalign((void **)&rbuf, 4096, bufbytes)) {
-    fprintf(stderr, "%s (rank %d): out of memory for two buffers of %zu bytes\n", a->prog, L->rank, bufbytes);
-    free(sbuf);
+  if (a->lib_mem) {
+    sbuf = L->mem_alloc(L->ctx, bufbytes);
+    rbuf = sbuf ? L->mem_alloc(L->ctx, bufbytes) : NULL;
+  } else if (posix_memalign((void **)&sbuf, 4096, bufbytes) || posix_memalign((void **)&rbuf, 4096, bufbytes)) {
+    rbuf = NULL;
+  }
+  if (!sbuf || !rbuf) {
+    fprintf(stderr, "%s (rank %d): out of memory for two buffers of %zu bytes%s%s\n", a->prog, L->rank, bufbytes,
+            a->lib_mem ? ": " : "", a->lib_mem ? L->last_error(L->ctx) : "");
+    buf_free(a, L, sbuf);
     return PERF_EXIT_ERROR;
   }
   memset(sbuf, 0, bufbytes);
@@ -1295,8 +1322,8 @@ int perf_run(const perf_args *a, perf_layer *L) {
   snprintf(mine, sizeof mine, "Pid %6ld on %s", (long)getpid(), hn);
   if (!hosts) {
     fprintf(stderr, "%s (rank %d): out of memory\n", a->prog, L->rank);
-    free(sbuf);
-    free(rbuf);
+    buf_free(a, L, sbuf);
+    buf_free(a, L, rbuf);
     return PERF_EXIT_ERROR;
   }
   if (!a->json) {
@@ -1344,7 +1371,7 @@ int perf_run(const perf_args *a, perf_layer *L) {
     wrong_all += tot.wrong;
   }
   free(hosts);
-  free(sbuf);
-  free(rbuf);
+  buf_free(a, L, sbuf);
+  buf_free(a, L, rbuf);
   return wrong_all ? PERF_EXIT_WRONG : PERF_EXIT_OK;
 }

@@ -61,6 +61,10 @@ typedef struct perf_layer {
   /* In-place reduce-scatter leaves this rank's block at the start of the
      buffer (MPI_IN_PLACE, Gloo) instead of at rank*count (braid). */
   int rs_inplace_result_at_start;
+  /* Optional (-R 1): the library's own allocator for communication buffers
+     (braid_mem_alloc, MPI_Alloc_mem); NULL: the layer has none. */
+  void *(*mem_alloc)(void *ctx, size_t bytes);
+  void (*mem_free)(void *ctx, void *p);
 } perf_layer;
 
 #define PERF_MAX_ITEMS 32
@@ -80,6 +84,7 @@ typedef struct perf_args {
   int all_redops;
   int root;
   int check;
+  int lib_mem; /* -R 1: buffers from the layer's mem_alloc */
   int json;
   const char *prog;
 } perf_args;

@@ -139,7 +139,7 @@ static void wake_all_hard(shm_state *s) {
   }
 }
 
-static void publish_fail(shm_state *s, int kind, int origin, int peer) {
+void shm_publish_fail(shm_state *s, int kind, int origin, int peer) {
   uint64_t want = (uint64_t)kind << 48 | (uint64_t)(uint32_t)origin << 24 | (uint64_t)(uint32_t)(peer & 0xffffff);
   uint64_t zero = 0;
   if (atomic_compare_exchange_strong(&s->hdr->fail, &zero, want)) wake_all_hard(s);
@@ -186,7 +186,7 @@ static braid_status report_fail_flag(braid_comm *c, shm_state *s, uint64_t f, in
 static braid_status wait_checks(braid_comm *c, shm_state *s, shm_wait *w, int peer, const char *what, double now) {
   char desc[192];
   if (braid__aborted(c)) {
-    publish_fail(s, SHM_FAIL_ABORTED, s->me, s->me);
+    shm_publish_fail(s, SHM_FAIL_ABORTED, s->me, s->me);
     return braid__fail(c, BRAID_ERR_ABORTED, "aborted while waiting for rank %d: %s", peer, WHAT);
   }
   uint64_t f = atomic_load_explicit(&s->hdr->fail, memory_order_acquire);
@@ -208,14 +208,14 @@ static braid_status wait_checks(braid_comm *c, shm_state *s, shm_wait *w, int pe
                            "rank %d (pid %d) destroyed its communicator during %s while this rank waited for it: %s", q,
                            (int)s->pids[q], c->call, WHAT);
       if (!left && peer_dead(s, q)) {
-        publish_fail(s, SHM_FAIL_DIED, s->me, q);
+        shm_publish_fail(s, SHM_FAIL_DIED, s->me, q);
         return braid__fail(c, BRAID_ERR_PEER_LOST, "rank %d (pid %d) died during %s (this rank was waiting for rank %d: %s)",
                            q, (int)s->pids[q], c->call, peer, WHAT);
       }
     }
   }
   if (now >= w->deadline) {
-    publish_fail(s, SHM_FAIL_FAILED, s->me, peer);
+    shm_publish_fail(s, SHM_FAIL_FAILED, s->me, peer);
     return braid__fail(c, BRAID_ERR_TIMEOUT, "timed out after %g s waiting for rank %d: %s", c->timeout_s, peer, WHAT);
   }
   return BRAID_OK;
@@ -318,6 +318,11 @@ static void post(shm_state *s) {
   shm_wake_peers(s);
 }
 
+static braid_status wait_flag(braid_comm *c, shm_state *s, int q, uint64_t v, const char *what) {
+  WAIT_UNTIL(flag_of(s, q) >= v, q, what);
+  return BRAID_OK;
+}
+
 static braid_status wait_all(braid_comm *c, shm_state *s, uint64_t v, const char *what) {
   for (int q = 0; q < s->n; q++) {
     if (q == s->me) continue;
@@ -330,7 +335,7 @@ static braid_status wait_all(braid_comm *c, shm_state *s, uint64_t v, const char
 
 static braid_status cma_error(braid_comm *c, shm_state *s, int q, int err, const char *dir) {
   if (err == ESRCH || peer_dead(s, q)) {
-    publish_fail(s, SHM_FAIL_DIED, s->me, q);
+    shm_publish_fail(s, SHM_FAIL_DIED, s->me, q);
     return braid__fail(c, BRAID_ERR_PEER_LOST, "rank %d (pid %d) died during %s", q, (int)s->pids[q], c->call);
   }
   return braid__fail(c, BRAID_ERR_SYSTEM, "process_vm_%s from rank %d (pid %d) failed: %s", dir, q, (int)s->pids[q],
@@ -511,6 +516,8 @@ static shm_state *state_new(int n, int me) {
   s->pidfds = calloc((size_t)n, sizeof *s->pidfds);
   s->ctrl_q = calloc((size_t)n, sizeof *s->ctrl_q);
   s->cur = calloc((size_t)n, sizeof *s->cur);
+  s->zmaps = calloc((size_t)n * SHM_ZMAP_CAP, sizeof *s->zmaps);
+  s->zepoch = calloc((size_t)n, sizeof *s->zepoch);
   s->sends_tail = &s->sends;
   s->recvs_tail = &s->recvs;
   s->umsgs_tail = &s->umsgs;
@@ -522,11 +529,13 @@ static shm_state *state_new(int n, int me) {
   s->oversub = ncpu > 0 && n > ncpu;
   s->spin_limit = s->oversub ? 1 : 4096;
   s->yield_s = 2e-3;
-  if (!s->pids || !s->pidfds || !s->ctrl_q || !s->cur) {
+  if (!s->pids || !s->pidfds || !s->ctrl_q || !s->cur || !s->zmaps || !s->zepoch) {
     free(s->pids);
     free(s->pidfds);
     free(s->ctrl_q);
     free(s->cur);
+    free(s->zmaps);
+    free(s->zepoch);
     free(s);
     return NULL;
   }
@@ -535,6 +544,7 @@ static shm_state *state_new(int n, int me) {
 
 static void state_free(shm_state *s) {
   if (!s) return;
+  shm_zc_free(s);
   if (s->base) munmap(s->base, s->total);
   for (int q = 0; q < s->n; q++)
     if (s->pidfds[q] >= 0) close(s->pidfds[q]);
@@ -542,6 +552,8 @@ static void state_free(shm_state *s) {
   free(s->pidfds);
   free(s->ctrl_q);
   free(s->cur);
+  free(s->zmaps);
+  free(s->zepoch);
   free(s->tmp);
   free(s);
 }
@@ -567,6 +579,7 @@ static braid_status attach_and_meet(braid_comm *c, shm_state *s, const char *nam
   shm_ctl *me = shm_ctl_of(s, s->me);
   me->pid = (int32_t)getpid();
   me->probe_addr = (uint64_t)(uintptr_t)&probe_value;
+  me->probe_fd = braid__mem_probe_fd();
   uint32_t now_attached = atomic_fetch_add(&s->hdr->attached, 1) + 1;
   if (now_attached == (uint32_t)s->n) {
     shm_unlink(name);
@@ -601,10 +614,12 @@ static braid_status shm_init(braid_comm *c) {
   if (!s) return braid__fail(c, BRAID_ERR_NO_MEMORY, "out of memory for the shm backend");
   braid_status st = read_staging_param(c, &s->staging);
   char err[256];
-  long want_cma = 1, want_membar = 1;
+  long want_cma = 1, want_membar = 1, want_zc = 1;
   if (!st && braid__env_int("BRAID_SHM_CMA", 1, 0, 1, &want_cma, err, sizeof err))
     st = braid__fail(c, BRAID_ERR_INVALID_ARG, "%s", err);
   if (!st && braid__env_int("BRAID_SHM_MEMBARRIER", 1, 0, 1, &want_membar, err, sizeof err))
+    st = braid__fail(c, BRAID_ERR_INVALID_ARG, "%s", err);
+  if (!st && braid__env_int("BRAID_SHM_ZEROCOPY", 1, 0, 1, &want_zc, err, sizeof err))
     st = braid__fail(c, BRAID_ERR_INVALID_ARG, "%s", err);
   if (!st && braid__env_size("BRAID_SHM_CMA_MIN", SHM_CMA_MIN_DEFAULT, &s->cma_min, err, sizeof err))
     st = braid__fail(c, BRAID_ERR_INVALID_ARG, "%s", err);
@@ -663,6 +678,12 @@ static braid_status shm_init(braid_comm *c) {
                 errno ? strerror(errno) : "wrong value");
   }
   atomic_store(&mine->cma_ok, ok ? 1u : 2u);
+  /* Zero copy from braid memory: can this rank map the next rank's memfds? */
+  int zok = want_zc && s->n > 1 && shm_zc_probe(s, (s->me + 1) % s->n);
+  if (want_zc && s->n > 1 && !zok)
+    BLOG_INFO(BRAID_SUB_SHM, c->rank, "cannot map rank %d's braid_mem_alloc memory: no zero copy",
+              (s->me + 1) % s->n);
+  atomic_store(&mine->zc_ok, zok ? 1u : 2u);
   if (want_membar) pthread_once(&membar_once, membar_register);
   atomic_store(&mine->membar, want_membar && membar_ok ? 1u : 2u);
   post(s);
@@ -673,16 +694,20 @@ static braid_status shm_init(braid_comm *c) {
     return st;
   }
   s->cma = s->n > 1;
+  s->zc = s->n > 1;
   s->light_wake = 1;
   for (int q = 0; q < s->n; q++) {
     if (atomic_load(&shm_ctl_of(s, q)->cma_ok) != 1) s->cma = 0;
+    if (atomic_load(&shm_ctl_of(s, q)->zc_ok) != 1) s->zc = 0;
     if (atomic_load(&shm_ctl_of(s, q)->membar) != 1) s->light_wake = 0;
   }
   set_p2p_cma_min(s);
   live_add(c, s);
   BLOG_INFO(BRAID_SUB_SHM, c->rank,
-            "shm: %d ranks, segment %zu bytes, staging %zu bytes per rank, large transfers %s, wake-ups %s", s->n,
-            s->total, s->staging, s->cma ? "single-copy (process_vm_readv/writev)" : "copied through shared memory",
+            "shm: %d ranks, segment %zu bytes, staging %zu bytes per rank, large transfers %s, braid_mem_alloc "
+            "buffers %s, wake-ups %s",
+            s->n, s->total, s->staging, s->cma ? "single-copy (process_vm_readv/writev)" : "copied through shared memory",
+            s->zc ? "read in place by peers (zero copy)" : "copied like other memory",
             s->light_wake ? "paired with membarrier (no fence on the sending side)" : "fenced on both sides");
   char cma_from[64] = "never (no single copy)";
   if (s->cma) snprintf(cma_from, sizeof cma_from, "from %zu bytes", s->cma_min);
@@ -721,6 +746,7 @@ static braid_status shm_split(braid_comm *parent, braid_comm *child, const int *
     return st;
   }
   s->cma = ps->cma && n > 1;
+  s->zc = ps->zc && n > 1;
   s->light_wake = ps->light_wake;
   set_p2p_cma_min(s);
   live_add(child, s);
@@ -742,7 +768,7 @@ static void shm_destroy(braid_comm *c, double timeout_s) {
 static void shm_abort(braid_comm *c) {
   shm_state *s = state(c);
   if (!s) return;
-  publish_fail(s, SHM_FAIL_ABORTED, s->me, s->me);
+  shm_publish_fail(s, SHM_FAIL_ABORTED, s->me, s->me);
   wake_all_hard(s);
 }
 
@@ -780,15 +806,40 @@ static braid_status flat_exchange(braid_comm *c, shm_state *s, const void *src, 
 
 static const void **srcs_array(shm_state *s, const void **stackbuf, int cap) {
   if (s->n <= cap) return stackbuf;
-  return malloc(sizeof(void *) * (size_t)s->n);
+  return malloc(2 * sizeof(void *) * (size_t)s->n);
 }
 
-#define SRCS_DECL                                   \
-  const void *srcs_stack_[16];                      \
-  const void **srcs = srcs_array(s, srcs_stack_, 16); \
-  if (!srcs) return braid__fail(c, BRAID_ERR_NO_MEMORY, "out of memory for %d source pointers", s->n)
+/* srcs: reduction inputs, one per rank; zsrc: each peer's buffer read in
+   place (braid memory), NULL where the peer stages. */
+#define SRCS_DECL                                                                                   \
+  const void *srcs_stack_[32];                                                                      \
+  const void **srcs = srcs_array(s, srcs_stack_, 16);                                               \
+  if (!srcs) return braid__fail(c, BRAID_ERR_NO_MEMORY, "out of memory for %d source pointers", s->n); \
+  const char **zsrc = (const char **)(srcs + s->n);                                                 \
+  (void)zsrc
 #define SRCS_FREE \
   if (srcs != srcs_stack_) free((void *)srcs)
+
+/* After the post that carried this operation's announcements (key): fills
+   zsrc with every peer's buffer in braid memory (NULL where it has none) and
+   counts the ranks, this one (zme) included, whose buffers are there. */
+static braid_status zc_gather(braid_comm *c, shm_state *s, uint64_t key, int zme, const char **zsrc, int *nzc) {
+  *nzc = zme;
+  zsrc[s->me] = NULL;
+  for (int q = 0; q < s->n; q++) {
+    if (q == s->me) continue;
+    braid_status st = shm_zc_peer(c, s, q, key, &zsrc[q]);
+    if (st) return st;
+    if (zsrc[q]) (*nzc)++;
+  }
+  return BRAID_OK;
+}
+
+/* Large copies out of shared memory bypass the cache (see SHM_NT_MIN). */
+static void copy_out(void *dst, const void *src, size_t len, size_t total) {
+  if (total >= SHM_NT_MIN) braid__copy_stream(dst, src, len);
+  else memcpy(dst, src, len);
+}
 
 /* ---------------------------------------------------------------- streaming */
 
@@ -846,7 +897,12 @@ static braid_status ar_flat(braid_comm *c, shm_state *s, void *buf, size_t count
    (R), then copies the other slices' results. The halves alternate by a round
    counter shared by all ranks; a half is rewritten two rounds later, after
    every rank has posted E of the round in between, which comes after it
-   finished reading. */
+   finished reading.
+   A rank whose buffer is braid memory skips E and reduces into its own
+   buffer; peers read its input slice and its result there instead of in
+   staging (announced with the first post). Only rank r reads or writes slice
+   r of any buffer until it posts the slice's result, and a buffer is read in
+   place until the end barrier. */
 static braid_status ar_staging(braid_comm *c, shm_state *s, char *buf, size_t count, braid_dtype dt, braid_op op) {
   braid_status st = staging_quiesce(c, s);
   if (st) return st;
@@ -856,27 +912,39 @@ static braid_status ar_staging(braid_comm *c, shm_state *s, char *buf, size_t co
   size_t cap = ((size_t)s->n * (256u << 10)) / es;
   if (per_round > cap) per_round = cap;
   SRCS_DECL;
+  /* In place from braid memory only when ranks outnumber cores: there every
+     copy saved is CPU time the other ranks get (4 ranks on 2 cores, 1 MiB:
+     115-136 us against 181-191 us). With a core per rank, E's streaming
+     copy claims the staging lines before the reduce, which beats writing
+     lines the peers have just read while reading theirs (2 ranks, 1 MiB:
+     70 us staged, 90 us in place). */
+  uint64_t key = s->ph + 1;
+  int zme = s->oversub && shm_zc_announce(s, buf, count * es, key), nzc = 0;
   for (size_t off = 0; off < count && !st; off += per_round) {
     size_t L = count - off < per_round ? count - off : per_round;
     size_t h = (size_t)(s->round++ & 1) * half;
     char *stage = staging_of(s, s->me) + h;
-    memcpy(stage, buf + off * es, L * es);
+    if (!zme) memcpy(stage, buf + off * es, L * es);
     post(s);
     if ((st = wait_all(c, s, s->ph, "its input to braid_all_reduce"))) break;
+    if (off == 0 && (st = zc_gather(c, s, key, zme, zsrc, &nzc))) break;
     size_t a, m;
     slice_of(L, s->n, s->me, &a, &m);
+    char *mine = zme ? buf + (off + a) * es : stage + a * es;
     if (m) {
-      for (int q = 0; q < s->n; q++) srcs[q] = staging_of(s, q) + h + a * es;
-      braid__reduce(stage + a * es, srcs, s->n, m, dt, op, s->n);
+      for (int q = 0; q < s->n; q++)
+        srcs[q] = q == s->me ? mine : zsrc[q] ? zsrc[q] + (off + a) * es : staging_of(s, q) + h + a * es;
+      braid__reduce(mine, srcs, s->n, m, dt, op, s->n);
     }
     post(s);
-    if (m) memcpy(buf + (off + a) * es, stage + a * es, m * es);
+    if (m && !zme) memcpy(buf + (off + a) * es, mine, m * es);
     if ((st = wait_all(c, s, s->ph, "its reduced slice in braid_all_reduce"))) break;
     for (int q = 0; q < s->n; q++) {
       if (q == s->me) continue;
       size_t aq, mq;
       slice_of(L, s->n, q, &aq, &mq);
-      if (mq) memcpy(buf + (off + aq) * es, staging_of(s, q) + h + aq * es, mq * es);
+      if (mq)
+        memcpy(buf + (off + aq) * es, zsrc[q] ? zsrc[q] + (off + aq) * es : staging_of(s, q) + h + aq * es, mq * es);
     }
   }
   SRCS_FREE;
@@ -886,15 +954,17 @@ static braid_status ar_staging(braid_comm *c, shm_state *s, char *buf, size_t co
 }
 
 /* Single copy: each rank reduces its slice by reading every peer's buffer in
-   L2-sized chunks and writes the result into every peer's buffer, so each
-   byte of each buffer is read once and written once. Only rank r touches
-   slice r anywhere, so the phases need no synchronization: a start barrier
-   (addresses published, inputs ready) and an end barrier (every write into
-   this rank's buffer done). */
+   L2-sized chunks (in place where it is braid memory) and writes the result
+   into every peer's buffer, so each byte of each buffer is read once and
+   written once. Only rank r touches slice r anywhere, so the phases need no
+   synchronization: a start barrier (addresses published, inputs ready) and
+   an end barrier (every write into this rank's buffer done). */
 static braid_status ar_cma(braid_comm *c, shm_state *s, char *buf, size_t count, braid_dtype dt, braid_op op) {
   size_t es = braid_dtype_size(dt);
   shm_ctl *mine = shm_ctl_of(s, s->me);
   mine->addr[0] = (uint64_t)(uintptr_t)buf;
+  uint64_t key = s->ph + 1;
+  int zme = shm_zc_announce(s, buf, count * es, key), nzc;
   post(s);
   braid_status st = wait_all(c, s, s->ph, "its buffer address in braid_all_reduce");
   if (st) return st;
@@ -902,12 +972,17 @@ static braid_status ar_cma(braid_comm *c, shm_state *s, char *buf, size_t count,
   slice_of(count, s->n, s->me, &a, &m);
   size_t chunk = s->tmp_each / es;
   SRCS_DECL;
+  st = zc_gather(c, s, key, zme, zsrc, &nzc);
   for (size_t x = a; x < a + m && !st; x += chunk) {
     size_t len = a + m - x < chunk ? a + m - x : chunk;
     int k = 0;
     for (int q = 0; q < s->n && !st; q++) {
       if (q == s->me) {
         srcs[q] = buf + x * es;
+        continue;
+      }
+      if (zsrc[q]) {
+        srcs[q] = zsrc[q] + x * es;
         continue;
       }
       char *t = s->tmp + (size_t)k++ * s->tmp_each;
@@ -967,6 +1042,19 @@ static braid_status bcast_small(braid_comm *c, shm_state *s, char *buf, size_t b
   return BRAID_OK;
 }
 
+/* Zero copy: the root's buffer is braid memory. It announces the buffer in
+   place of the first chunk (key: the stream sequence number), each receiver
+   copies the whole message straight from it and reports the chunk done, and
+   the root returns once every receiver has (its buffer is free again). */
+static braid_status bcast_zc_root(braid_comm *c, shm_state *s, uint64_t g) {
+  shm_wake_peers(s);
+  braid_status st = wait_stream(c, s, g + 1, "its copy of the root's buffer in braid_broadcast");
+  if (st) return st;
+  atomic_store_explicit(&shm_ctl_of(s, s->me)->stream_done, g + 1, memory_order_release);
+  shm_wake_peers(s);
+  return BRAID_OK;
+}
+
 static braid_status shm_broadcast(braid_comm *c, void *vbuf, size_t count, braid_dtype dt, int root) {
   shm_state *s = state(c);
   if (s->n == 1) return BRAID_OK;
@@ -976,9 +1064,16 @@ static braid_status shm_broadcast(braid_comm *c, void *vbuf, size_t count, braid
   braid_status st;
   if (s->cma && bytes >= s->cma_min) {
     shm_ctl_of(s, s->me)->addr[0] = (uint64_t)(uintptr_t)buf;
+    uint64_t key = s->ph + 1;
+    if (s->me == root) shm_zc_announce(s, buf, bytes, key);
     post(s);
     if ((st = wait_all(c, s, s->ph, "its arrival in braid_broadcast"))) return st;
-    if (s->me != root && (st = shm_cma_read(c, s, root, buf, shm_ctl_of(s, root)->addr[0], bytes))) return st;
+    if (s->me != root) {
+      const char *z;
+      if ((st = shm_zc_peer(c, s, root, key, &z))) return st;
+      if (z) copy_out(buf, z, bytes, bytes);
+      else if ((st = shm_cma_read(c, s, root, buf, shm_ctl_of(s, root)->addr[0], bytes))) return st;
+    }
     post(s);
     return wait_all(c, s, s->ph, "the end of braid_broadcast");
   }
@@ -988,8 +1083,12 @@ static braid_status shm_broadcast(braid_comm *c, void *vbuf, size_t count, braid
      ahead into later broadcasts while the others still copy: it reuses a slot
      once every rank is past the chunk it held, and any other collective
      that writes staging first waits for all chunks to be copied out
-     (staging_quiesce). No end barrier. */
+     (staging_quiesce). No end barrier. A root buffer in braid memory takes
+     the place of the first chunk instead (bcast_zc_root). */
   size_t C = stream_chunk(s, bytes), stride = stream_stride(s), K = s->staging / stride;
+  shm_ctl *rc = shm_ctl_of(s, root);
+  uint64_t zkey = SHM_ZKEY_BCAST | (s->sseq + 1);
+  if (s->me == root && shm_zc_announce(s, buf, bytes, zkey)) return bcast_zc_root(c, s, s->sseq++);
   for (size_t off = 0; off < bytes; off += C) {
     size_t L = bytes - off < C ? bytes - off : C;
     uint64_t g = s->sseq++;
@@ -998,10 +1097,20 @@ static braid_status shm_broadcast(braid_comm *c, void *vbuf, size_t count, braid
       if (g >= K && (st = wait_stream(c, s, g - K + 1, "its copy of an earlier chunk of braid_broadcast"))) return st;
       memcpy(slot, buf + off, L);
     } else {
-      WAIT_UNTIL(atomic_load_explicit(&shm_ctl_of(s, root)->stream_done, memory_order_acquire) >= g + 1, root,
-                 "the root's data in braid_broadcast");
-      if (bytes >= SHM_NT_MIN) braid__copy_stream(buf + off, slot, L);
-      else memcpy(buf + off, slot, L);
+      WAIT_UNTIL(atomic_load_explicit(&rc->stream_done, memory_order_acquire) >= g + 1 ||
+                     (off == 0 && atomic_load_explicit(&rc->zref.key, memory_order_acquire) == zkey),
+                 root, "the root's data in braid_broadcast");
+      /* stream_done passes g only after this rank is done if the root
+         announced its buffer instead of streaming. */
+      if (off == 0 && atomic_load_explicit(&rc->stream_done, memory_order_acquire) < g + 1) {
+        const char *z;
+        if ((st = shm_zc_peer(c, s, root, zkey, &z))) return st;
+        if (!z) return braid__fail(c, BRAID_ERR_INTERNAL, "rank %d announced a buffer this rank cannot use", root);
+        copy_out(buf, z, bytes, bytes);
+        off = bytes; /* the whole message came in one piece */
+      } else {
+        copy_out(buf + off, slot, L, bytes);
+      }
     }
     atomic_store_explicit(&shm_ctl_of(s, s->me)->stream_done, g + 1, memory_order_release);
     shm_wake_peers(s);
@@ -1010,6 +1119,25 @@ static braid_status shm_broadcast(braid_comm *c, void *vbuf, size_t count, braid
 }
 
 /* ---------------------------------------------------------------- all-gather */
+
+/* Every rank copies every peer's block straight from its buffer: in place
+   where the peer's buffer is braid memory, else by single copy. The
+   announcement post has been made and waited for; ends with a barrier, after
+   which the peers' buffers are no longer read. */
+static braid_status ag_direct(braid_comm *c, shm_state *s, const void *send, char *recv, size_t bytes,
+                              const char **zsrc) {
+  braid_status st = BRAID_OK;
+  char *mine = recv + (size_t)s->me * bytes;
+  if (send != mine) memcpy(mine, send, bytes);
+  for (int i = 1; i < s->n && !st; i++) {
+    int q = (s->me + i) % s->n; /* spread the readers over the sources */
+    if (zsrc[q]) copy_out(recv + (size_t)q * bytes, zsrc[q], bytes, bytes * (size_t)s->n);
+    else st = shm_cma_read(c, s, q, recv + (size_t)q * bytes, shm_ctl_of(s, q)->addr[0], bytes);
+  }
+  if (st) return st;
+  post(s);
+  return wait_all(c, s, s->ph, "the end of braid_all_gather");
+}
 
 static braid_status shm_all_gather(braid_comm *c, const void *send, void *vrecv, size_t count, braid_dtype dt) {
   shm_state *s = state(c);
@@ -1029,47 +1157,81 @@ static braid_status shm_all_gather(braid_comm *c, const void *send, void *vrecv,
     if (send != mine) memcpy(mine, send, bytes);
     return BRAID_OK;
   }
-  /* In place, each rank only fetches the others' blocks, all ranks at once:
-     pulling them by single copy beats two copies through staging from
-     128 KiB to 4 MiB, unless ranks outnumber cores (measured; SHM.md). */
+  /* Each rank announces, with its first post, its send address, whether it
+     is in place, and its braid memory. Blocks in braid memory are read in
+     place; when every block is, nothing is staged. Single copy serves the
+     largest blocks, and in-place calls from 128 KiB to 4 MiB fetched when
+     every rank has a core and every rank is in place (each then fetches only
+     the others' blocks, all at once; measured in SHM.md). That last choice
+     depends on the other ranks, so it costs a post of its own. */
   size_t pulled = bytes * (size_t)(s->n - 1);
-  int pull_in_place = send == mine && !s->oversub && pulled >= SHM_AG_PULL_MIN && pulled <= SHM_P2P_CMA_MAX;
-  if (s->cma && (pulled >= s->cma_min || pull_in_place)) {
-    shm_ctl_of(s, s->me)->addr[0] = (uint64_t)(uintptr_t)send;
+  int cma_all = s->cma && pulled >= s->cma_min;
+  int cma_if_inplace = s->cma && !s->oversub && pulled >= SHM_AG_PULL_MIN && pulled <= SHM_P2P_CMA_MAX;
+  shm_ctl *me = shm_ctl_of(s, s->me);
+  me->addr[0] = (uint64_t)(uintptr_t)send;
+  me->addr[1] = send == mine;
+  uint64_t key = s->ph + 1;
+  int zme = shm_zc_announce(s, send, bytes, key), nzc = 0;
+  SRCS_DECL;
+  if (cma_all || cma_if_inplace) {
     post(s);
-    if ((st = wait_all(c, s, s->ph, "its input address in braid_all_gather"))) return st;
-    if (send != mine) memcpy(mine, send, bytes);
-    for (int i = 1; i < s->n && !st; i++) {
-      int q = (s->me + i) % s->n; /* spread the readers over the sources */
-      st = shm_cma_read(c, s, q, recv + (size_t)q * bytes, shm_ctl_of(s, q)->addr[0], bytes);
+    st = wait_all(c, s, s->ph, "its input address in braid_all_gather");
+    if (!st) st = zc_gather(c, s, key, zme, zsrc, &nzc);
+    int all_in_place = 1;
+    for (int q = 0; q < s->n; q++) all_in_place &= shm_ctl_of(s, q)->addr[1] == 1;
+    if (!st && (cma_all || all_in_place || nzc == s->n)) {
+      st = ag_direct(c, s, send, recv, bytes, zsrc);
+      SRCS_FREE;
+      return st;
     }
-    if (st) return st;
-    post(s);
-    return wait_all(c, s, s->ph, "the end of braid_all_gather");
+    if (st) {
+      SRCS_FREE;
+      return st;
+    }
   }
   /* Staging: every rank streams its block through its own staging space in
      chunks; chunk j of every rank is copied out before anyone posts j as
      done (the second post of the step), and a slot is rewritten only after
-     every rank has posted the chunk it held as done. */
-  if ((st = staging_quiesce(c, s))) return st;
+     every rank has posted the chunk it held as done. Blocks in braid memory
+     are read in place instead. */
+  if ((st = staging_quiesce(c, s))) {
+    SRCS_FREE;
+    return st;
+  }
   size_t C = stream_chunk(s, bytes), K = s->staging / C;
   uint64_t base = s->ph;
-  for (size_t j = 0, off = 0; off < bytes; j++, off += C) {
+  int known = cma_all || cma_if_inplace; /* zsrc filled above */
+  for (size_t j = 0, off = 0; off < bytes && !st; j++, off += C) {
     size_t L = bytes - off < C ? bytes - off : C;
     size_t so = (j % K) * C;
-    if (j >= K && (st = wait_all(c, s, base + 2 * (j - K) + 2, "its copy of an earlier chunk of braid_all_gather")))
-      return st;
-    memcpy(staging_of(s, s->me) + so, (const char *)send + off, L);
+    if (!zme) {
+      if (j >= K && (st = wait_all(c, s, base + 2 * (j - K) + 2, "its copy of an earlier chunk of braid_all_gather")))
+        break;
+      memcpy(staging_of(s, s->me) + so, (const char *)send + off, L);
+    }
     if (send != mine) memcpy(mine + off, (const char *)send + off, L);
     post(s);
-    for (int i = 1; i < s->n; i++) {
-      int q = (s->me + i) % s->n; /* spread the readers over the sources */
-      WAIT_UNTIL(flag_of(s, q) >= base + 2 * j + 1, q, "its input to braid_all_gather");
-      if (bytes * (size_t)s->n >= SHM_NT_MIN) braid__copy_stream(recv + (size_t)q * bytes + off, staging_of(s, q) + so, L);
-      else memcpy(recv + (size_t)q * bytes + off, staging_of(s, q) + so, L);
+    if (!known) {
+      /* The first post carried the announcements. */
+      if ((st = wait_all(c, s, base + 1, "its input to braid_all_gather"))) break;
+      if ((st = zc_gather(c, s, key, zme, zsrc, &nzc))) break;
+      known = 1;
+      if (nzc == s->n) {
+        st = ag_direct(c, s, send, recv, bytes, zsrc);
+        SRCS_FREE;
+        return st;
+      }
     }
-    post(s);
+    for (int i = 1; i < s->n && !st; i++) {
+      int q = (s->me + i) % s->n; /* spread the readers over the sources */
+      if ((st = wait_flag(c, s, q, base + 2 * j + 1, "its input to braid_all_gather"))) break;
+      const char *from = zsrc[q] ? zsrc[q] + off : staging_of(s, q) + so;
+      copy_out(recv + (size_t)q * bytes + off, from, L, bytes * (size_t)s->n);
+    }
+    if (!st) post(s);
   }
+  SRCS_FREE;
+  if (st) return st;
   post(s);
   return wait_all(c, s, s->ph, "the end of braid_all_gather");
 }
@@ -1099,11 +1261,13 @@ static braid_status shm_reduce_scatter(braid_comm *c, const void *vsend, void *v
     SRCS_FREE;
     return st;
   }
-  const char *myin = send + (size_t)s->me * bytes;
+  uint64_t key = s->ph + 1;
+  int zme = shm_zc_announce(s, send, bytes * (size_t)s->n, key), nzc;
   if (s->cma && bytes * (size_t)s->n >= s->cma_min) {
     shm_ctl_of(s, s->me)->addr[0] = (uint64_t)(uintptr_t)send;
     post(s);
-    if ((st = wait_all(c, s, s->ph, "its input address in braid_reduce_scatter"))) {
+    if ((st = wait_all(c, s, s->ph, "its input address in braid_reduce_scatter")) ||
+        (st = zc_gather(c, s, key, zme, zsrc, &nzc))) {
       SRCS_FREE;
       return st;
     }
@@ -1112,12 +1276,13 @@ static braid_status shm_reduce_scatter(braid_comm *c, const void *vsend, void *v
       size_t len = count - x < chunk ? count - x : chunk;
       int k = 0;
       for (int q = 0; q < s->n && !st; q++) {
-        if (q == s->me) {
-          srcs[q] = myin + x * es;
+        size_t at = ((size_t)s->me * count + x) * es; /* piece me of q's input */
+        if (q == s->me || zsrc[q]) {
+          srcs[q] = (q == s->me ? send : zsrc[q]) + at;
           continue;
         }
         char *t = s->tmp + (size_t)k++ * s->tmp_each;
-        st = shm_cma_read(c, s, q, t, shm_ctl_of(s, q)->addr[0] + ((size_t)s->me * count + x) * es, len * es);
+        st = shm_cma_read(c, s, q, t, shm_ctl_of(s, q)->addr[0] + at, len * es);
         srcs[q] = t;
       }
       if (!st) braid__reduce(recv + x * es, srcs, s->n, len, dt, op, s->n);
@@ -1128,7 +1293,8 @@ static braid_status shm_reduce_scatter(braid_comm *c, const void *vsend, void *v
     return wait_all(c, s, s->ph, "the end of braid_reduce_scatter");
   }
   /* Staging rounds over the chunk dimension: each rank stages its n pieces of
-     the round, then reduces its own piece from every rank's staging. */
+     the round, then reduces its own piece from every rank's staging. An input
+     in braid memory is read in place instead (announced with the first post). */
   if ((st = staging_quiesce(c, s))) {
     SRCS_FREE;
     return st;
@@ -1140,10 +1306,17 @@ static braid_status shm_reduce_scatter(braid_comm *c, const void *vsend, void *v
     size_t L = count - off < per_round ? count - off : per_round;
     size_t h = (size_t)(s->round++ & 1) * half;
     char *stage = staging_of(s, s->me) + h;
-    for (int q = 0; q < s->n; q++) memcpy(stage + (size_t)q * L * es, send + ((size_t)q * count + off) * es, L * es);
+    if (!zme)
+      for (int q = 0; q < s->n; q++) memcpy(stage + (size_t)q * L * es, send + ((size_t)q * count + off) * es, L * es);
     post(s);
     if ((st = wait_all(c, s, s->ph, "its input to braid_reduce_scatter"))) break;
-    for (int q = 0; q < s->n; q++) srcs[q] = staging_of(s, q) + h + (size_t)s->me * L * es;
+    if (off == 0 && (st = zc_gather(c, s, key, zme, zsrc, &nzc))) break;
+    for (int q = 0; q < s->n; q++) {
+      if (q == s->me ? zme : zsrc[q] != NULL)
+        srcs[q] = (q == s->me ? send : zsrc[q]) + ((size_t)s->me * count + off) * es;
+      else
+        srcs[q] = staging_of(s, q) + h + (size_t)s->me * L * es;
+    }
     braid__reduce(recv + off * es, srcs, s->n, L, dt, op, s->n);
   }
   SRCS_FREE;

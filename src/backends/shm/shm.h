@@ -11,6 +11,7 @@
 #include <sys/types.h>
 
 #include "core/comm.h"
+#include "core/mem.h"
 
 #define SHM_CL 64
 #define SHM_SLOT_BYTES (16u << 10)             /* per rank, two of them (collective parity) */
@@ -38,8 +39,28 @@ typedef struct shm_hdr {
   _Alignas(SHM_CL) _Atomic uint64_t fail; /* kind << 48 | origin << 24 | peer */
 } shm_hdr;
 
-/* One per rank, three cache lines: the phase flag (with the addresses it
-   publishes), the sleep doorbell, and rarely written identity. */
+/* Where a rank's buffer for one operation lies in its braid_mem_alloc memory,
+   so peers read it in place. key names the operation (see shm_zc_announce)
+   and is stored last; peers read the rest after seeing the key. */
+typedef struct shm_zref {
+  _Alignas(SHM_CL) _Atomic uint64_t key;
+  uint64_t gen, base, len, epoch; /* the allocation (braid__mem_ref) */
+  uint64_t addr;                  /* the buffer's address in the owner */
+  int32_t fd;
+} shm_zref;
+
+/* A peer's allocation mapped into this process. */
+typedef struct shm_zmap {
+  uint64_t gen, len, base, used;
+  char *local;
+} shm_zmap;
+
+#define SHM_ZMAP_CAP 8 /* mappings kept per peer */
+#define SHM_ZKEY_BCAST (1ull << 63) /* broadcast keys count streamed chunks, others phase values */
+
+/* One per rank: the phase flag (with the addresses it publishes), the sleep
+   doorbell, rarely written identity, and the braid-memory announcement, each
+   in its own cache line. */
 typedef struct shm_ctl {
   _Alignas(SHM_CL) _Atomic uint64_t flag;
   _Atomic uint64_t bcast_done;  /* small broadcasts this rank has finished */
@@ -51,7 +72,10 @@ typedef struct shm_ctl {
   _Atomic uint32_t left;   /* braid_destroy ran: exiting afterwards is not a failure */
   _Atomic uint32_t cma_ok; /* 1: could read the next rank's memory, 2: could not */
   _Atomic uint32_t membar; /* 1: registered for expedited global membarrier, 2: not */
+  _Atomic uint32_t zc_ok;  /* 1: could map the next rank's braid memory, 2: could not */
+  int32_t probe_fd;        /* this process's braid-memory probe (see braid__mem_probe_fd) */
   uint64_t probe_addr;
+  shm_zref zref;           /* this rank's braid-memory buffer of the current operation */
 } shm_ctl;
 
 /* Records carry their own sequence stamp, so a receiver polls the next slot
@@ -83,6 +107,10 @@ typedef struct shm_state {
   int cma;             /* all ranks agreed on single-copy */
   int oversub;         /* more ranks than online CPUs */
   int light_wake;      /* all ranks registered for membarrier (see shm_wake_fence) */
+  int zc;              /* all ranks can map each other's braid_mem_alloc memory */
+  shm_zmap *zmaps;     /* SHM_ZMAP_CAP per peer */
+  uint64_t *zepoch;    /* per peer: its braid_mem_free count when last seen */
+  uint64_t zclock;     /* use counter for evicting mappings */
   size_t staging;      /* bytes per rank */
   size_t cma_min;      /* collectives of at least this many bytes use single copy */
   size_t p2p_cma_min;  /* received messages of at least this many bytes are pulled by single copy */
@@ -158,6 +186,26 @@ void shm_wake_one(shm_state *s, int q);
 
 /* Single-copy transfers; fail with PEER_LOST when the peer is gone. */
 braid_status shm_cma_read(braid_comm *c, shm_state *s, int q, void *local, uint64_t remote, size_t len);
+
+/* Publishes a failure in the segment and wakes every rank (SHM_FAIL_*). */
+void shm_publish_fail(shm_state *s, int kind, int origin, int peer);
+
+/* shm_zc.c: zero copy from braid_mem_alloc memory. */
+/* Tells peers, for the operation key, where [buf, buf + len) lies in this
+   rank's braid memory; 1 if it does (and zero copy is on), else 0 and peers
+   see no announcement for key. Call before the post peers wait for. */
+int shm_zc_announce(shm_state *s, const void *buf, size_t len, uint64_t key);
+/* *out: this process's address of the buffer rank q announced for key, or
+   NULL when it announced none. Fails (and fails the communicator for every
+   rank) only when the announced memory cannot be mapped. */
+braid_status shm_zc_peer(braid_comm *c, shm_state *s, int q, uint64_t key, const char **out);
+/* Same for an allocation named in a message: *out is the local address of
+   rank q's address addr inside ref. */
+braid_status shm_zc_map(braid_comm *c, shm_state *s, int q, const braid__mem_ref *ref, uint64_t addr,
+                        const char **out);
+/* Probes (at init) whether this rank may map rank q's braid memory. */
+int shm_zc_probe(shm_state *s, int q);
+void shm_zc_free(shm_state *s);
 
 /* shm_p2p.c */
 braid_status shm_p2p_send(braid_comm *c, const void *buf, size_t count, braid_dtype dt, int dest, uint32_t tag);

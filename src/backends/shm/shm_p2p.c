@@ -47,7 +47,8 @@ struct shm_sendop {
 struct shm_recvop {
   shm_recvop *next;
   uint64_t id, addr; /* R_STREAM, R_PULL: the sender's message; R_PULL: its address */
-  int src, state;
+  braid__mem_ref zref; /* R_PULL with zc: the braid memory that holds it */
+  int src, state, zc;
   uint32_t tag;
   braid_dtype dt;
   size_t count, bytes, got;
@@ -56,7 +57,8 @@ struct shm_recvop {
 
 struct shm_umsg {
   shm_umsg *next;
-  int src, rndv;
+  braid__mem_ref zref;
+  int src, rndv, zc;
   uint32_t tag;
   braid_dtype dt;
   size_t count, bytes;
@@ -159,25 +161,43 @@ static braid_status queue_ctrl(braid_comm *c, shm_state *s, int dst, uint32_t ki
   return BRAID_OK;
 }
 
-/* Leaves r to pull the sender's message id at addr once this rank's own
-   records are out (see progress). */
-static void pull_later(shm_state *s, shm_recvop *r, uint64_t id, uint64_t addr) {
+/* Leaves r to pull the sender's message id at addr (inside braid memory
+   zref when zref is not NULL) once this rank's own records are out (see
+   progress). */
+static void pull_later(shm_state *s, shm_recvop *r, uint64_t id, uint64_t addr, const braid__mem_ref *zref) {
   r->state = R_PULL;
   r->id = id;
   r->addr = addr;
+  r->zc = zref != NULL;
+  if (zref) r->zref = *zref;
   s->npulls++;
 }
 
-/* Pulls a rendezvous message into buf and acknowledges it (single copy). */
-static braid_status pull(braid_comm *c, shm_state *s, int src, uint64_t id, uint64_t addr, char *buf, size_t bytes,
-                         uint32_t tag) {
-  if (atomic_load(&shm_ctl_of(s, src)->left))
+/* Copies a rendezvous message into the receive's buffer, straight from the
+   sender's braid memory or by single copy, and acknowledges it. */
+static braid_status pull(braid_comm *c, shm_state *s, const shm_recvop *r) {
+  if (atomic_load(&shm_ctl_of(s, r->src)->left))
     return braid__fail(c, BRAID_ERR_PEER_LOST,
-                       "rank %d destroyed its communicator before its %zu-byte message with tag %u was received", src,
-                       bytes, tag);
-  braid_status st = shm_cma_read(c, s, src, buf, addr, bytes);
-  if (st) return st;
-  return queue_ctrl(c, s, src, REC_ACK, id);
+                       "rank %d destroyed its communicator before its %zu-byte message with tag %u was received",
+                       r->src, r->bytes, r->tag);
+  braid_status st;
+  if (r->zc) {
+    const char *from;
+    if ((st = shm_zc_map(c, s, r->src, &r->zref, r->addr, &from))) return st;
+    if (r->bytes >= SHM_NT_MIN) braid__copy_stream(r->buf, from, r->bytes);
+    else memcpy(r->buf, from, r->bytes);
+  } else if ((st = shm_cma_read(c, s, r->src, r->buf, r->addr, r->bytes))) {
+    return st;
+  }
+  return queue_ctrl(c, s, r->src, REC_ACK, r->id);
+}
+
+/* The braid memory a rendezvous descriptor names, NULL if none (or if this
+   communicator cannot map its peers' memory). */
+static const braid__mem_ref *rts_zref(const shm_state *s, const shm_rec *h, const char *payload) {
+  return s->zc && h->kind == REC_RTS && h->pad == 1 && h->len == sizeof(braid__mem_ref)
+             ? (const braid__mem_ref *)(const void *)payload
+             : NULL;
 }
 
 /* A message (eager payload or rendezvous descriptor) from src meets the
@@ -210,8 +230,11 @@ static braid_status deliver(braid_comm *c, shm_state *s, int src, const shm_rec 
       remove_recv(s, link);
       return BRAID_OK;
     }
-    if (use_cma(s, bytes)) {
-      pull_later(s, r, h->id, h->addr);
+    const braid__mem_ref *z = rts_zref(s, h, payload);
+    if (z || use_cma(s, bytes)) {
+      braid__mem_ref zc;
+      if (z) memcpy(&zc, z, sizeof zc); /* the ring holds it at 64-byte alignment, but copy anyway */
+      pull_later(s, r, h->id, h->addr, z ? &zc : NULL);
       return BRAID_OK;
     }
     r->state = R_STREAM;
@@ -229,6 +252,11 @@ static braid_status deliver(braid_comm *c, shm_state *s, int src, const shm_rec 
   u->bytes = bytes;
   u->id = h->id;
   u->addr = h->addr;
+  const braid__mem_ref *z = rts_zref(s, h, payload);
+  if (z) {
+    memcpy(&u->zref, z, sizeof u->zref);
+    u->zc = 1;
+  }
   if (!rndv && bytes) {
     u->data = malloc(bytes);
     if (!u->data) {
@@ -324,7 +352,15 @@ static void flush(shm_state *s) {
       h.len = eager ? o->bytes : 0;
       h.addr = (uint64_t)(uintptr_t)o->buf;
       h.total = o->bytes;
-      if (!ring_put(s, o->dest, &h, o->buf, eager ? o->bytes : 0)) {
+      /* A buffer in braid memory: the receiver copies it in place. */
+      braid__mem_ref z;
+      const void *payload = o->buf;
+      if (!eager && s->zc && braid__mem_find(o->buf, o->bytes, &z)) {
+        h.pad = 1;
+        h.len = sizeof z;
+        payload = &z;
+      }
+      if (!ring_put(s, o->dest, &h, payload, h.len)) {
         if (bit) blocked_lo |= 1ull << o->dest;
         link = &o->next;
         continue;
@@ -368,7 +404,7 @@ static braid_status progress(braid_comm *c, shm_state *s, int do_pulls) {
         link = &r->next;
         continue;
       }
-      st = pull(c, s, r->src, r->id, r->addr, r->buf, r->bytes, r->tag);
+      st = pull(c, s, r);
       s->npulls--;
       remove_recv(s, link);
     }
@@ -447,10 +483,10 @@ braid_status shm_p2p_recv(braid_comm *c, void *buf, size_t count, braid_dtype dt
     if (s->umsgs_tail == &u->next) s->umsgs_tail = link;
     if (!u->rndv) {
       memcpy(buf, u->data, bytes);
-    } else if (use_cma(s, bytes)) {
+    } else if (u->zc || use_cma(s, bytes)) {
       shm_recvop *r = NULL;
       st = post_recv(c, s, buf, count, dt, src, tag, R_POSTED, 0, &r);
-      if (!st) pull_later(s, r, u->id, u->addr);
+      if (!st) pull_later(s, r, u->id, u->addr, u->zc ? &u->zref : NULL);
     } else {
       st = post_recv(c, s, buf, count, dt, src, tag, R_STREAM, u->id, NULL);
       if (!st) st = queue_ctrl(c, s, src, REC_CTS, u->id);

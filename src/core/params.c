@@ -41,7 +41,10 @@ static const braid__param params[] = {
     {"BRAID_SHM_CMA", BRAID_PT_INT, "1",
      "shm backend: 1 uses single-copy process_vm_readv/writev when the kernel allows it, 0 copies through shared memory"},
     {"BRAID_SHM_CMA_MIN", BRAID_PT_SIZE, "256M",
-     "shm backend: collectives and messages of at least this many bytes use single copy (when available)"},
+     "shm backend: collectives of at least this many bytes use single copy (when available; messages above 8 KiB always do)"},
+    {"BRAID_SHM_ZEROCOPY", BRAID_PT_INT, "1",
+     "shm backend: 1 lets peers read braid_mem_alloc buffers in place when the kernel allows it, 0 copies them "
+     "like other memory"},
     {"BRAID_SHM_MEMBARRIER", BRAID_PT_INT, "1",
      "shm backend: 1 pairs wake-ups with membarrier when the kernel allows it (no fence per send), 0 fences both sides"},
 };

@@ -84,8 +84,8 @@ static double jnum(const char *obj, const char *key) {
   return *end ? NAN : d;
 }
 
-static const char *const FIELDS[] = {"op",   "backend", "nranks", "dtype",   "redop", "root",  "size",
-                                     "count", "inplace", "time_us", "algbw", "busbw", "wrong"};
+static const char *const FIELDS[] = {"op",    "backend", "nranks",  "dtype", "redop", "root",  "size",
+                                     "count", "inplace", "mem", "time_us", "algbw", "busbw", "wrong"};
 
 typedef struct opspec {
   const char *name;
@@ -148,6 +148,8 @@ static int check_json_run(const opspec *op, const char *dt, size_t esz, const ch
     jfield(obj, "inplace", v, sizeof v);
     const char *want_ip = place == 0 ? op->first_inplace : "true";
     BT_CHECK(!strcmp(v, want_ip), "inplace want %s: %s", want_ip, obj);
+    jfield(obj, "mem", v, sizeof v);
+    BT_CHECK(!strcmp(v, "heap"), "mem want heap: %s", obj);
     double t = jnum(obj, "time_us"), alg = jnum(obj, "algbw"), bus = jnum(obj, "busbw");
     BT_CHECK(t > 0, "time_us: %s", obj);
     BT_CHECK(alg >= 0 && bus >= 0, "bandwidths: %s", obj);
@@ -285,6 +287,7 @@ static int test_usage_errors(void) {
       {"allreduce -o band -d f32", "bitwise ops"},
       {"reduce_scatter -o max -d c64", "complex types support"},
       {"allreduce -c 2", "invalid value '2' for -c"},
+      {"allreduce -R 2", "invalid value '2' for -R"},
       {"broadcast -r 1 -n 1", "invalid value '1' for -r"},
       {"allreduce --bogus", "--bogus: unknown option"},
       {"allreduce -n", "-n: needs a value"},
@@ -338,27 +341,33 @@ static int test_two_ranks(void) {
     const char *op;
     double factor;
   } ops[] = {{"allreduce", 1.0}, {"allgather", 0.5}, {"reduce_scatter", 0.5}, {"broadcast", 1.0}, {"sendrecv", 1.0}};
-  for (size_t i = 0; i < BT_COUNT(ops); i++) {
+  /* Heap buffers, then braid_mem_alloc buffers (-R 1) up to sizes that peers read in place. */
+  for (size_t i = 0; i < 2 * BT_COUNT(ops); i++) {
+    int lib = i >= BT_COUNT(ops);
     char cmd[9000];
     snprintf(cmd, sizeof cmd,
-             "env -u BRAID_STORE -u BRAID_TOKEN '%s' -n 2 --backend shm --timeout 60 -- '%s' %s --json -b 8 -e 4K "
-             "-f 4 -n 3 -w 1 -d bf16 -r 1 2>&1",
-             braidrun, bin, ops[i].op);
+             "env -u BRAID_STORE -u BRAID_TOKEN '%s' -n 2 --backend shm --timeout 60 -- '%s' %s --json -b 8 -e %s "
+             "-f 4 -n 3 -w 1 -d bf16 -r 1 -R %d 2>&1",
+             braidrun, bin, ops[i % BT_COUNT(ops)].op, lib ? "1M" : "4K", lib);
     FILE *p = popen(cmd, "r");
     BT_CHECK(p, "popen");
     char line[1024];
     int rows = 0;
+    const double factor = ops[i % BT_COUNT(ops)].factor;
+    const char *name = ops[i % BT_COUNT(ops)].op;
     while (fgets(line, sizeof line, p)) {
       if (line[0] != '{') continue;
       double alg = jnum(line, "algbw"), bus = jnum(line, "busbw");
+      char mem[32];
       BT_CHECK(jnum(line, "nranks") == 2, "%s", line);
       BT_CHECK(jnum(line, "wrong") == 0, "%s", line);
-      BT_CHECK(fabs(bus - alg * ops[i].factor) <= 1e-5 * alg + 1e-12, "busbw factor %g: %s", ops[i].factor, line);
+      BT_CHECK(fabs(bus - alg * factor) <= 1e-5 * alg + 1e-12, "busbw factor %g: %s", factor, line);
+      BT_CHECK(jfield(line, "mem", mem, sizeof mem) == 0 && !strcmp(mem, lib ? "library" : "heap"), "mem: %s", line);
       rows++;
     }
     int st = pclose(p);
-    BT_CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "braidrun %s exited %d", ops[i].op, st);
-    BT_CHECK(rows > 0, "%s: no JSON rows", ops[i].op);
+    BT_CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "braidrun %s -R %d exited %d", name, lib, st);
+    BT_CHECK(rows > 0, "%s: no JSON rows", name);
   }
   return 0;
 }
@@ -877,6 +886,35 @@ static int test_core_library_error(void) {
   return 0;
 }
 
+/* -R 1 with a layer that has no allocator of its own is a usage error;
+   with one, every buffer comes from it and goes back to it. */
+static int alloc_calls, free_calls;
+static void *mock_alloc(void *ctx, size_t bytes) {
+  (void)ctx;
+  alloc_calls++;
+  return calloc(1, bytes);
+}
+static void mock_free(void *ctx, void *p) {
+  (void)ctx;
+  free_calls++;
+  free(p);
+}
+
+static int test_core_lib_mem(void) {
+  mock m = {0, 1, PERF_INPLACE | PERF_OOP, 0, 0, 0, 0};
+  perf_layer L = mock_layer(&m, "mock");
+  int rc;
+  free(run_core("allgather -b 64 -e 4K -n 2 -R 1", &L, &rc));
+  BT_CHECK(rc == PERF_EXIT_USAGE, "no allocator: exit %d, want 2", rc);
+  L.mem_alloc = mock_alloc;
+  L.mem_free = mock_free;
+  char *o = run_core("allgather -b 64 -e 4K -n 2 -R 1", &L, &rc);
+  BT_CHECK(rc == PERF_EXIT_OK && o && strstr(o, "buffers: library allocator"), "exit %d: %s", rc, o ? o : "");
+  BT_CHECK(alloc_calls == 2 && free_calls == 2, "%d allocations, %d frees, want 2 and 2", alloc_calls, free_calls);
+  free(o);
+  return 0;
+}
+
 /* The backend name is a JSON string even when a label has quotes in it. */
 static int test_core_json_string(void) {
   mock m = {0, 1, PERF_INPLACE, 0, 0, 0, 0};
@@ -1005,7 +1043,7 @@ static const bt_case cases[] = {
     BT_CASE(test_core_tables),             BT_CASE(test_core_small_floats), BT_CASE(test_core_check_any_order),
     BT_CASE(test_core_call_counts),        BT_CASE(test_core_adaptive),    BT_CASE(test_core_wrong),
     BT_CASE(test_core_many_ranks),         BT_CASE(test_core_library_error), BT_CASE(test_core_json_string),
-    BT_CASE(test_shm_every_pair),          BT_CASE(test_shm_header),
+    BT_CASE(test_shm_every_pair),          BT_CASE(test_shm_header),       BT_CASE(test_core_lib_mem),
 };
 
 int main(int argc, char **argv) {

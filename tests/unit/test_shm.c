@@ -750,11 +750,9 @@ static int test_p2p_ring(void) {
   size_t small = 1, big = quick() ? (8u << 20) : (64u << 20);
   if (run(2, body_ring, &small) || run(4, body_ring, &small) || run(2, body_ring, &big) || run(3, body_ring, &big))
     return 1;
-  /* Streaming through the ring (default below BRAID_SHM_CMA_MIN, and the
-     only way without single copy), then single copy. */
+  /* Streaming through the ring: the way without single copy. */
   static const char *const env[] = {"BRAID_SHM_CMA=0", NULL};
-  static const char *const cma[] = {"BRAID_SHM_CMA_MIN=64K", NULL};
-  return run_env(2, body_ring, &big, env, -1, 120) || run_env(3, body_ring, &big, cma, -1, 120);
+  return run_env(2, body_ring, &big, env, -1, 120) || run_env(3, body_ring, &big, env, -1, 120);
 }
 
 static int body_alltoall_tags(braid_comm *c, int rank, int n, void *arg) {

@@ -496,17 +496,6 @@ static void open_pidfds(shm_state *s) {
   }
 }
 
-/* Streaming a message needs sender and receiver on a CPU at once; when ranks
-   outnumber cores they rarely are, and a receiver that pulls the whole
-   message by single copy no longer waits for the sender to be scheduled
-   (measured, 4 ranks on 2 cores: 1 MiB ring exchange 150-190 us against
-   270-280 us streamed). The choice is the receiver's alone. */
-static void set_p2p_cma_min(shm_state *s) {
-  size_t over = (size_t)128 << 10;
-  s->p2p_cma_min = s->cma_min;
-  if (s->oversub && over < s->p2p_cma_min) s->p2p_cma_min = over;
-}
-
 static shm_state *state_new(int n, int me) {
   shm_state *s = calloc(1, sizeof *s);
   if (!s) return NULL;
@@ -701,7 +690,6 @@ static braid_status shm_init(braid_comm *c) {
     if (atomic_load(&shm_ctl_of(s, q)->zc_ok) != 1) s->zc = 0;
     if (atomic_load(&shm_ctl_of(s, q)->membar) != 1) s->light_wake = 0;
   }
-  set_p2p_cma_min(s);
   live_add(c, s);
   BLOG_INFO(BRAID_SUB_SHM, c->rank,
             "shm: %d ranks, segment %zu bytes, staging %zu bytes per rank, large transfers %s, braid_mem_alloc "
@@ -748,7 +736,6 @@ static braid_status shm_split(braid_comm *parent, braid_comm *child, const int *
   s->cma = ps->cma && n > 1;
   s->zc = ps->zc && n > 1;
   s->light_wake = ps->light_wake;
-  set_p2p_cma_min(s);
   live_add(child, s);
   return BRAID_OK;
 }
@@ -1166,7 +1153,7 @@ static braid_status shm_all_gather(braid_comm *c, const void *send, void *vrecv,
      depends on the other ranks, so it costs a post of its own. */
   size_t pulled = bytes * (size_t)(s->n - 1);
   int cma_all = s->cma && pulled >= s->cma_min;
-  int cma_if_inplace = s->cma && !s->oversub && pulled >= SHM_AG_PULL_MIN && pulled <= SHM_P2P_CMA_MAX;
+  int cma_if_inplace = s->cma && !s->oversub && pulled >= SHM_AG_PULL_MIN && pulled <= SHM_AG_PULL_MAX;
   shm_ctl *me = shm_ctl_of(s, s->me);
   me->addr[0] = (uint64_t)(uintptr_t)send;
   me->addr[1] = send == mine;
@@ -1209,7 +1196,6 @@ static braid_status shm_all_gather(braid_comm *c, const void *send, void *vrecv,
         break;
       memcpy(staging_of(s, s->me) + so, (const char *)send + off, L);
     }
-    if (send != mine) memcpy(mine + off, (const char *)send + off, L);
     post(s);
     if (!known) {
       /* The first post carried the announcements. */
@@ -1222,6 +1208,7 @@ static braid_status shm_all_gather(braid_comm *c, const void *send, void *vrecv,
         return st;
       }
     }
+    if (send != mine) memcpy(mine + off, (const char *)send + off, L);
     for (int i = 1; i < s->n && !st; i++) {
       int q = (s->me + i) % s->n; /* spread the readers over the sources */
       if ((st = wait_flag(c, s, q, base + 2 * j + 1, "its input to braid_all_gather"))) break;

@@ -19,8 +19,8 @@
 #define SHM_RING_BYTES (256u << 10)            /* per ordered pair of ranks */
 #define SHM_EAGER_MAX (8u << 10)               /* larger sends go by rendezvous */
 #define SHM_FRAG (64u << 10)                   /* data fragment when streaming through a ring */
-#define SHM_P2P_CMA_MAX ((size_t)4 << 20)      /* larger messages stream unless >= p2p_cma_min */
-#define SHM_AG_PULL_MIN ((size_t)128 << 10)    /* in-place all-gather pulls from here to SHM_P2P_CMA_MAX */
+#define SHM_AG_PULL_MIN ((size_t)128 << 10)    /* in-place all-gather pulls from here ... */
+#define SHM_AG_PULL_MAX ((size_t)4 << 20)      /* ... to here (bytes fetched per rank) */
 #define SHM_NT_MIN ((size_t)16 << 20)          /* transfers from this size copy out with streaming stores */
 #define SHM_BRING 64u                          /* entries of the small-broadcast ring */
 
@@ -113,7 +113,6 @@ typedef struct shm_state {
   uint64_t zclock;     /* use counter for evicting mappings */
   size_t staging;      /* bytes per rank */
   size_t cma_min;      /* collectives of at least this many bytes use single copy */
-  size_t p2p_cma_min;  /* received messages of at least this many bytes are pulled by single copy */
   pid_t *pids;
   int *pidfds;         /* -1 where pidfd_open is unavailable */
   uint64_t ph;         /* my phase flag value */

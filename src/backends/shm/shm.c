@@ -395,7 +395,11 @@ static char *bring_of(shm_state *s, uint64_t b) {
   return s->base + s->hdr->off_bring + (size_t)(b % SHM_BRING) * SHM_SLOT_BYTES;
 }
 static _Atomic uint64_t *slot_seq(char *slot) { return (_Atomic uint64_t *)slot; }
-static char *slot_data(char *slot) { return slot + 8; }
+/* Up to 56 bytes share the sequence word's cache line (one miss for the
+   reader); larger payloads start on the next line: copies from a source
+   8 bytes off a line ran 3-4 times slower from 4 KiB on the measured CPU
+   (2 ranks, 8 KiB broadcast: 3.8 us at +8, 0.9 us at +64). */
+static char *slot_data(char *slot, size_t bytes) { return slot + (bytes <= 56 ? 8 : 64); }
 static char *staging_of(shm_state *s, int r) { return s->base + s->hdr->off_staging + (size_t)r * s->staging; }
 
 static braid_status seg_create(braid_comm *c, shm_state *s, const char *name) {
@@ -780,7 +784,7 @@ static braid_status flat_exchange(braid_comm *c, shm_state *s, const void *src, 
   uint64_t k = ++s->cseq;
   *parity = (int)(k & 1);
   char *mine = slot_of(s, s->me, *parity);
-  if (bytes) memcpy(slot_data(mine), src, bytes);
+  if (bytes) memcpy(slot_data(mine, bytes), src, bytes);
   atomic_store_explicit(slot_seq(mine), k, memory_order_release);
   shm_wake_peers(s);
   for (int q = 0; q < s->n; q++) {
@@ -873,7 +877,7 @@ static braid_status ar_flat(braid_comm *c, shm_state *s, void *buf, size_t count
   braid_status st = flat_exchange(c, s, buf, bytes, &p, "its input to braid_all_reduce");
   if (st) return st;
   SRCS_DECL;
-  for (int q = 0; q < s->n; q++) srcs[q] = q == s->me ? buf : slot_data(slot_of(s, q, p));
+  for (int q = 0; q < s->n; q++) srcs[q] = q == s->me ? buf : slot_data(slot_of(s, q, p), bytes);
   braid__reduce(buf, srcs, s->n, count, dt, op, s->n);
   SRCS_FREE;
   return BRAID_OK;
@@ -1016,11 +1020,11 @@ static braid_status bcast_small(braid_comm *c, shm_state *s, char *buf, size_t b
       WAIT_UNTIL(atomic_load_explicit(&shm_ctl_of(s, q)->bcast_done, memory_order_acquire) >= b - SHM_BRING + 1, q,
                  "its copy of an earlier braid_broadcast");
     }
-    memcpy(slot_data(e), buf, bytes);
+    memcpy(slot_data(e, bytes), buf, bytes);
     atomic_store_explicit(slot_seq(e), b + 1, memory_order_release);
   } else {
     WAIT_UNTIL(atomic_load_explicit(slot_seq(e), memory_order_acquire) == b + 1, root, "the root's data in braid_broadcast");
-    memcpy(buf, slot_data(e), bytes);
+    memcpy(buf, slot_data(e, bytes), bytes);
   }
   atomic_store_explicit(&shm_ctl_of(s, s->me)->bcast_done, b + 1, memory_order_release);
   /* After both stores: receivers wait for the entry, and whichever rank is
@@ -1140,7 +1144,7 @@ static braid_status shm_all_gather(braid_comm *c, const void *send, void *vrecv,
     int p;
     if ((st = flat_exchange(c, s, send, bytes, &p, "its input to braid_all_gather"))) return st;
     for (int q = 0; q < s->n; q++)
-      if (q != s->me) memcpy(recv + (size_t)q * bytes, slot_data(slot_of(s, q, p)), bytes);
+      if (q != s->me) memcpy(recv + (size_t)q * bytes, slot_data(slot_of(s, q, p), bytes), bytes);
     if (send != mine) memcpy(mine, send, bytes);
     return BRAID_OK;
   }
@@ -1242,7 +1246,7 @@ static braid_status shm_reduce_scatter(braid_comm *c, const void *vsend, void *v
     st = flat_exchange(c, s, send, bytes * (size_t)s->n, &p, "its input to braid_reduce_scatter");
     if (!st) {
       for (int q = 0; q < s->n; q++)
-        srcs[q] = (q == s->me ? send : slot_data(slot_of(s, q, p))) + (size_t)s->me * bytes;
+        srcs[q] = (q == s->me ? send : slot_data(slot_of(s, q, p), bytes * (size_t)s->n)) + (size_t)s->me * bytes;
       braid__reduce(recv, srcs, s->n, count, dt, op, s->n);
     }
     SRCS_FREE;

@@ -547,7 +547,7 @@ static int test_zc_p2p(void) {
    at the sizes where in-place calls may fetch by single copy. */
 static int body_ag_mixed(braid_comm *c, int rank, int n, void *arg) {
   (void)arg;
-  static const size_t counts[] = {20000, 70000, 400000};
+  static const size_t counts[] = {20000, 40000, 70000, 400000};
   for (size_t ci = 0; ci < BT_COUNT(counts); ci++)
     for (int pattern = 0; pattern < 2; pattern++) {
       size_t cnt = counts[ci];

@@ -837,11 +837,13 @@ static void copy_out(void *dst, const void *src, size_t len, size_t total) {
 /* Chunk of the streaming collectives (broadcast, all-gather): small enough
    that a message is split into a few pieces whose copies in and out overlap,
    large enough that per-chunk synchronization costs little; cache-resident
-   either way (measured: 16 KiB pieces reach ~20 GB/s between two cores,
-   256 KiB ~30 GB/s). At least two chunks fit in the staging space. */
+   either way. Pieces under 64 KiB pipeline badly between two cores (xcore_bw:
+   8 GB/s with 16 KiB, 18 GB/s with 64 KiB, 23-33 GB/s with 256 KiB; 2 ranks,
+   64 KiB broadcast: 7 us in four pieces, 2-4 us in one). At least two chunks
+   fit in the staging space. */
 static size_t stream_chunk(shm_state *s, size_t bytes) {
   size_t c = bytes / 4;
-  if (c < (16u << 10)) c = 16u << 10;
+  if (c < (64u << 10)) c = 64u << 10;
   if (c > (256u << 10)) c = 256u << 10;
   if (c > s->staging / 2) c = s->staging / 2;
   return round_up(c, SHM_CL);
@@ -1151,10 +1153,10 @@ static braid_status shm_all_gather(braid_comm *c, const void *send, void *vrecv,
   /* Each rank announces, with its first post, its send address, whether it
      is in place, and its braid memory. Blocks in braid memory are read in
      place; when every block is, nothing is staged. Single copy serves the
-     largest blocks, and in-place calls from 128 KiB to 4 MiB fetched when
-     every rank has a core and every rank is in place (each then fetches only
-     the others' blocks, all at once; measured in SHM.md). That last choice
-     depends on the other ranks, so it costs a post of its own. */
+     largest blocks, and, when every rank has a core, calls that fetch 128 to
+     256 KiB per rank, or up to 4 MiB when every rank is in place (each then
+     fetches only the others' blocks, all at once; measured in SHM.md). That
+     choice depends on the other ranks, so it costs a post of its own. */
   size_t pulled = bytes * (size_t)(s->n - 1);
   int cma_all = s->cma && pulled >= s->cma_min;
   int cma_if_inplace = s->cma && !s->oversub && pulled >= SHM_AG_PULL_MIN && pulled <= SHM_AG_PULL_MAX;
@@ -1170,7 +1172,7 @@ static braid_status shm_all_gather(braid_comm *c, const void *send, void *vrecv,
     if (!st) st = zc_gather(c, s, key, zme, zsrc, &nzc);
     int all_in_place = 1;
     for (int q = 0; q < s->n; q++) all_in_place &= shm_ctl_of(s, q)->addr[1] == 1;
-    if (!st && (cma_all || all_in_place || nzc == s->n)) {
+    if (!st && (cma_all || all_in_place || pulled <= SHM_AG_PULL_OOP_MAX || nzc == s->n)) {
       st = ag_direct(c, s, send, recv, bytes, zsrc);
       SRCS_FREE;
       return st;

@@ -705,9 +705,10 @@ static braid_status shm_init(braid_comm *c) {
   if (s->cma) snprintf(cma_from, sizeof cma_from, "from %zu bytes", s->cma_min);
   BLOG_INFO(BRAID_SUB_SHM, c->rank,
             "shm algorithms: up to %u bytes per rank flat slot exchange (broadcast: a ring, the root does not wait); "
-            "above, all-reduce and reduce-scatter in staging rounds, broadcast and all-gather streamed in 16-256 KiB "
-            "chunks; send/recv eager up to %u bytes, then streamed through a %u KiB ring; single copy %s",
-            SHM_SLOT_DATA, SHM_EAGER_MAX, SHM_RING_BYTES >> 10, cma_from);
+            "above, all-reduce and reduce-scatter in staging rounds, broadcast and all-gather streamed in 64-256 KiB "
+            "chunks; collectives by single copy %s; send/recv eager up to %u bytes, then %s",
+            SHM_SLOT_DATA, cma_from, SHM_EAGER_MAX,
+            s->cma ? "pulled by single copy" : "streamed through the pair's ring");
   return BRAID_OK;
 }
 

@@ -827,12 +827,6 @@ static braid_status zc_gather(braid_comm *c, shm_state *s, uint64_t key, int zme
   return BRAID_OK;
 }
 
-/* Large copies out of shared memory bypass the cache (see SHM_NT_MIN). */
-static void copy_out(void *dst, const void *src, size_t len, size_t total) {
-  if (total >= SHM_NT_MIN) braid__copy_stream(dst, src, len);
-  else memcpy(dst, src, len);
-}
-
 /* ---------------------------------------------------------------- streaming */
 
 /* Chunk of the streaming collectives (broadcast, all-gather): small enough
@@ -1065,7 +1059,7 @@ static braid_status shm_broadcast(braid_comm *c, void *vbuf, size_t count, braid
     if (s->me != root) {
       const char *z;
       if ((st = shm_zc_peer(c, s, root, key, &z))) return st;
-      if (z) copy_out(buf, z, bytes, bytes);
+      if (z) shm_copy_out(buf, z, bytes, bytes);
       else if ((st = shm_cma_read(c, s, root, buf, shm_ctl_of(s, root)->addr[0], bytes))) return st;
     }
     post(s);
@@ -1100,10 +1094,10 @@ static braid_status shm_broadcast(braid_comm *c, void *vbuf, size_t count, braid
         const char *z;
         if ((st = shm_zc_peer(c, s, root, zkey, &z))) return st;
         if (!z) return braid__fail(c, BRAID_ERR_INTERNAL, "rank %d announced a buffer this rank cannot use", root);
-        copy_out(buf, z, bytes, bytes);
+        shm_copy_out(buf, z, bytes, bytes);
         off = bytes; /* the whole message came in one piece */
       } else {
-        copy_out(buf + off, slot, L, bytes);
+        shm_copy_out(buf + off, slot, L, bytes);
       }
     }
     atomic_store_explicit(&shm_ctl_of(s, s->me)->stream_done, g + 1, memory_order_release);
@@ -1125,7 +1119,7 @@ static braid_status ag_direct(braid_comm *c, shm_state *s, const void *send, cha
   if (send != mine) memcpy(mine, send, bytes);
   for (int i = 1; i < s->n && !st; i++) {
     int q = (s->me + i) % s->n; /* spread the readers over the sources */
-    if (zsrc[q]) copy_out(recv + (size_t)q * bytes, zsrc[q], bytes, bytes * (size_t)s->n);
+    if (zsrc[q]) shm_copy_out(recv + (size_t)q * bytes, zsrc[q], bytes, bytes * (size_t)s->n);
     else st = shm_cma_read(c, s, q, recv + (size_t)q * bytes, shm_ctl_of(s, q)->addr[0], bytes);
   }
   if (st) return st;
@@ -1220,7 +1214,7 @@ static braid_status shm_all_gather(braid_comm *c, const void *send, void *vrecv,
       int q = (s->me + i) % s->n; /* spread the readers over the sources */
       if ((st = wait_flag(c, s, q, base + 2 * j + 1, "its input to braid_all_gather"))) break;
       const char *from = zsrc[q] ? zsrc[q] + off : staging_of(s, q) + so;
-      copy_out(recv + (size_t)q * bytes + off, from, L, bytes * (size_t)s->n);
+      shm_copy_out(recv + (size_t)q * bytes + off, from, L, bytes * (size_t)s->n);
     }
     if (!st) post(s);
   }

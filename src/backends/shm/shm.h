@@ -8,10 +8,12 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/types.h>
 
 #include "core/comm.h"
 #include "core/mem.h"
+#include "core/reduce.h"
 
 #define SHM_CL 64
 #define SHM_SLOT_BYTES (16u << 10)             /* per rank, two of them (collective parity) */
@@ -160,6 +162,13 @@ static inline shm_ring *shm_ring_of(shm_state *s, int src, int dst) {
 static inline void shm_wake_fence(const shm_state *s) {
   if (s->light_wake) atomic_signal_fence(memory_order_seq_cst);
   else atomic_thread_fence(memory_order_seq_cst);
+}
+
+/* Copies len bytes of a transfer of total bytes out of shared memory; large
+   transfers bypass the cache (see SHM_NT_MIN). */
+static inline void shm_copy_out(void *dst, const void *src, size_t len, size_t total) {
+  if (total >= SHM_NT_MIN) braid__copy_stream(dst, src, len);
+  else memcpy(dst, src, len);
 }
 
 /* Waiting: spin with pause, then yield, then sleep on this rank's futex. */

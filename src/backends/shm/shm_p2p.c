@@ -177,8 +177,7 @@ static braid_status pull(braid_comm *c, shm_state *s, const shm_recvop *r) {
   if (r->zc) {
     const char *from;
     if ((st = shm_zc_map(c, s, r->src, &r->zref, r->addr, &from))) return st;
-    if (r->bytes >= SHM_NT_MIN) braid__copy_stream(r->buf, from, r->bytes);
-    else memcpy(r->buf, from, r->bytes);
+    shm_copy_out(r->buf, from, r->bytes, r->bytes);
   } else if ((st = shm_cma_read(c, s, r->src, r->buf, r->addr, r->bytes))) {
     return st;
   }
@@ -186,7 +185,8 @@ static braid_status pull(braid_comm *c, shm_state *s, const shm_recvop *r) {
 }
 
 /* The braid memory a rendezvous descriptor names, NULL if none (or if this
-   communicator cannot map its peers' memory). */
+   communicator cannot map its peers' memory). Payloads start 64 bytes into
+   their record, so the pointer is aligned. */
 static const braid__mem_ref *rts_zref(const shm_state *s, const shm_rec *h, const char *payload) {
   return s->zc && h->kind == REC_RTS && (h->flags & REC_F_ZC) && h->len == sizeof(braid__mem_ref)
              ? (const braid__mem_ref *)(const void *)payload
@@ -230,9 +230,7 @@ static braid_status deliver(braid_comm *c, shm_state *s, int src, const shm_rec 
        2.9 against 15 ms while the host kept the two vCPUs apart. */
     const braid__mem_ref *z = rts_zref(s, h, payload);
     if (z || s->cma) {
-      braid__mem_ref zc;
-      if (z) memcpy(&zc, z, sizeof zc); /* the ring holds it at 64-byte alignment, but copy anyway */
-      pull_later(s, r, h->id, h->addr, z ? &zc : NULL);
+      pull_later(s, r, h->id, h->addr, z);
       return BRAID_OK;
     }
     r->state = R_STREAM;
@@ -252,7 +250,7 @@ static braid_status deliver(braid_comm *c, shm_state *s, int src, const shm_rec 
   u->addr = h->addr;
   const braid__mem_ref *z = rts_zref(s, h, payload);
   if (z) {
-    memcpy(&u->zref, z, sizeof u->zref);
+    u->zref = *z;
     u->zc = 1;
   }
   if (!rndv && bytes) {
@@ -292,8 +290,7 @@ static braid_status handle(braid_comm *c, shm_state *s, int src, const shm_rec *
     for (shm_recvop **link = &s->recvs; *link; link = &(*link)->next) {
       shm_recvop *r = *link;
       if (r->state != R_STREAM || r->src != src || r->id != h->id) continue;
-      if (r->bytes >= SHM_NT_MIN) braid__copy_stream(r->buf + h->addr, payload, h->len);
-      else memcpy(r->buf + h->addr, payload, h->len);
+      shm_copy_out(r->buf + h->addr, payload, h->len, r->bytes);
       r->got += h->len;
       if (r->got == r->bytes) remove_recv(s, link);
       return BRAID_OK;

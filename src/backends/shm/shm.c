@@ -1116,7 +1116,7 @@ static braid_status ag_direct(braid_comm *c, shm_state *s, const void *send, cha
                               const char **zsrc) {
   braid_status st = BRAID_OK;
   char *mine = recv + (size_t)s->me * bytes;
-  if (send != mine) memcpy(mine, send, bytes);
+  if (send != mine) shm_copy_out(mine, send, bytes, bytes * (size_t)s->n);
   for (int i = 1; i < s->n && !st; i++) {
     int q = (s->me + i) % s->n; /* spread the readers over the sources */
     if (zsrc[q]) shm_copy_out(recv + (size_t)q * bytes, zsrc[q], bytes, bytes * (size_t)s->n);
@@ -1148,7 +1148,7 @@ static braid_status shm_all_gather(braid_comm *c, const void *send, void *vrecv,
   /* Each rank announces, with its first post, its send address, whether it
      is in place, and its braid memory. Blocks in braid memory are read in
      place; when every block is, nothing is staged. Single copy serves the
-     largest blocks, and, when every rank has a core, calls that fetch 128 to
+     largest blocks, and, when every rank has a core, calls that fetch up to
      256 KiB per rank, or up to 4 MiB when every rank is in place (each then
      fetches only the others' blocks, all at once; measured in SHM.md). That
      choice depends on the other ranks, so it costs a post of its own. */
@@ -1209,7 +1209,7 @@ static braid_status shm_all_gather(braid_comm *c, const void *send, void *vrecv,
         return st;
       }
     }
-    if (send != mine) memcpy(mine + off, (const char *)send + off, L);
+    if (send != mine) shm_copy_out(mine + off, (const char *)send + off, L, bytes * (size_t)s->n);
     for (int i = 1; i < s->n && !st; i++) {
       int q = (s->me + i) % s->n; /* spread the readers over the sources */
       if ((st = wait_flag(c, s, q, base + 2 * j + 1, "its input to braid_all_gather"))) break;

@@ -21,7 +21,7 @@
 #define SHM_RING_BYTES (256u << 10)            /* per ordered pair of ranks */
 #define SHM_EAGER_MAX (8u << 10)               /* larger sends go by rendezvous */
 #define SHM_FRAG (64u << 10)                   /* data fragment when streaming through a ring */
-#define SHM_AG_PULL_MIN ((size_t)128 << 10)    /* all-gather pulls from here ... */
+#define SHM_AG_PULL_MIN ((size_t)16 << 10)     /* all-gather pulls from here ... */
 #define SHM_AG_PULL_MAX ((size_t)4 << 20)      /* ... to here (bytes fetched per rank) */
 #define SHM_AG_PULL_OOP_MAX ((size_t)256 << 10) /* ... and out of place to here */
 #define SHM_NT_MIN ((size_t)16 << 20)          /* transfers from this size copy out with streaming stores */

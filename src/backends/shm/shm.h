@@ -21,9 +21,7 @@
 #define SHM_RING_BYTES (256u << 10)            /* per ordered pair of ranks */
 #define SHM_EAGER_MAX (8u << 10)               /* larger sends go by rendezvous */
 #define SHM_FRAG (64u << 10)                   /* data fragment when streaming through a ring */
-#define SHM_AG_PULL_MIN ((size_t)16 << 10)     /* all-gather pulls from here ... */
-#define SHM_AG_PULL_MAX ((size_t)4 << 20)      /* ... to here (bytes fetched per rank) */
-#define SHM_AG_PULL_OOP_MAX ((size_t)256 << 10) /* ... and out of place to here */
+#define SHM_ROTATE ((size_t)512 << 10)      /* calls staging up to this much per rank rotate (see rotate) */
 #define SHM_NT_MIN ((size_t)16 << 20)          /* transfers from this size copy out with streaming stores */
 #define SHM_BRING 64u                          /* entries of the small-broadcast ring */
 
@@ -123,6 +121,7 @@ typedef struct shm_state {
   uint64_t bseq;       /* small broadcasts run (ring entry) */
   uint64_t sseq;       /* chunks of streamed broadcasts run (staging slot) */
   uint64_t round;      /* staging rounds run (staging-half parity) */
+  uint64_t agseq;      /* staged all-gathers run (see rotate) */
   unsigned spin_limit;
   double yield_s;
   char *tmp;           /* CMA landing buffers, n-1 of tmp_each bytes */

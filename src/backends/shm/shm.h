@@ -22,6 +22,7 @@
 #define SHM_EAGER_MAX (8u << 10)               /* larger sends go by rendezvous */
 #define SHM_FRAG (64u << 10)                   /* data fragment when streaming through a ring */
 #define SHM_ROTATE ((size_t)512 << 10)      /* calls staging up to this much per rank rotate (see rotate) */
+#define SHM_ROTATE_REGION ((size_t)2 << 20) /* ... through this much of their region */
 #define SHM_NT_MIN ((size_t)16 << 20)          /* transfers from this size copy out with streaming stores */
 #define SHM_BRING 64u                          /* entries of the small-broadcast ring */
 

@@ -975,7 +975,7 @@ static braid_status ar_staging(braid_comm *c, shm_state *s, char *buf, size_t co
 static braid_status ar_cma(braid_comm *c, shm_state *s, char *buf, size_t count, braid_dtype dt, braid_op op) {
   size_t es = braid_dtype_size(dt);
   shm_ctl *mine = shm_ctl_of(s, s->me);
-  mine->addr[0] = (uint64_t)(uintptr_t)buf;
+  mine->addr = (uint64_t)(uintptr_t)buf;
   uint64_t key = s->ph + 1;
   int zme = shm_zc_announce(s, buf, count * es, key), nzc;
   post(s);
@@ -999,13 +999,13 @@ static braid_status ar_cma(braid_comm *c, shm_state *s, char *buf, size_t count,
         continue;
       }
       char *t = s->tmp + (size_t)k++ * s->tmp_each;
-      st = shm_cma_read(c, s, q, t, shm_ctl_of(s, q)->addr[0] + x * es, len * es);
+      st = shm_cma_read(c, s, q, t, shm_ctl_of(s, q)->addr + x * es, len * es);
       srcs[q] = t;
     }
     if (st) break;
     braid__reduce(buf + x * es, srcs, s->n, len, dt, op, s->n);
     for (int q = 0; q < s->n && !st; q++)
-      if (q != s->me) st = cma_write(c, s, q, shm_ctl_of(s, q)->addr[0] + x * es, buf + x * es, len * es);
+      if (q != s->me) st = cma_write(c, s, q, shm_ctl_of(s, q)->addr + x * es, buf + x * es, len * es);
   }
   SRCS_FREE;
   if (st) return st;
@@ -1076,7 +1076,7 @@ static braid_status shm_broadcast(braid_comm *c, void *vbuf, size_t count, braid
   if (bytes <= SHM_SLOT_DATA) return bcast_small(c, s, buf, bytes, root);
   braid_status st;
   if (s->cma && bytes >= s->cma_min) {
-    shm_ctl_of(s, s->me)->addr[0] = (uint64_t)(uintptr_t)buf;
+    shm_ctl_of(s, s->me)->addr = (uint64_t)(uintptr_t)buf;
     uint64_t key = s->ph + 1;
     if (s->me == root) shm_zc_announce(s, buf, bytes, key);
     post(s);
@@ -1085,7 +1085,7 @@ static braid_status shm_broadcast(braid_comm *c, void *vbuf, size_t count, braid
       const char *z;
       if ((st = shm_zc_peer(c, s, root, key, &z))) return st;
       if (z) shm_copy_out(buf, z, bytes, bytes);
-      else if ((st = shm_cma_read(c, s, root, buf, shm_ctl_of(s, root)->addr[0], bytes))) return st;
+      else if ((st = shm_cma_read(c, s, root, buf, shm_ctl_of(s, root)->addr, bytes))) return st;
     }
     post(s);
     return wait_all(c, s, s->ph, "the end of braid_broadcast");
@@ -1145,7 +1145,7 @@ static braid_status ag_direct(braid_comm *c, shm_state *s, const void *send, cha
   for (int i = 1; i < s->n && !st; i++) {
     int q = (s->me + i) % s->n; /* spread the readers over the sources */
     if (zsrc[q]) shm_copy_out(recv + (size_t)q * bytes, zsrc[q], bytes, bytes * (size_t)s->n);
-    else st = shm_cma_read(c, s, q, recv + (size_t)q * bytes, shm_ctl_of(s, q)->addr[0], bytes);
+    else st = shm_cma_read(c, s, q, recv + (size_t)q * bytes, shm_ctl_of(s, q)->addr, bytes);
   }
   if (st) return st;
   post(s);
@@ -1183,7 +1183,7 @@ static braid_status shm_all_gather(braid_comm *c, const void *send, void *vrecv,
   int zme = shm_zc_announce(s, send, bytes, key), nzc = 0;
   SRCS_DECL;
   if (cma_all) {
-    shm_ctl_of(s, s->me)->addr[0] = (uint64_t)(uintptr_t)send;
+    shm_ctl_of(s, s->me)->addr = (uint64_t)(uintptr_t)send;
     post(s);
     st = wait_all(c, s, s->ph, "its input address in braid_all_gather");
     if (!st) st = zc_gather(c, s, key, zme, zsrc, &nzc);
@@ -1194,9 +1194,9 @@ static braid_status shm_all_gather(braid_comm *c, const void *send, void *vrecv,
   /* Staging: every rank streams its block through its own staging space in
      chunks; chunk j of every rank is copied out before anyone posts j as
      done (the second post of the step), and a slot is rewritten only after
-     every rank has posted the chunk it held as done. Chunks are numbered
-     across calls, so a call does not start where the last one was just read
-     (see rotate). Blocks in braid memory are read in place instead. */
+     every rank has posted the chunk it held as done. Small calls start at
+     a new place each time (see rotate). Blocks in braid memory are read in
+     place instead. */
   if ((st = staging_quiesce(c, s))) {
     SRCS_FREE;
     return st;
@@ -1205,7 +1205,7 @@ static braid_status shm_all_gather(braid_comm *c, const void *send, void *vrecv,
   if (C > bytes) C = round_up(bytes, 4096); /* one chunk: rotate by what it uses */
   size_t K = s->staging / C, nch = (bytes + C - 1) / C;
   uint64_t base = s->ph, r = rotate(s->agseq++, nch * C, bytes, K * C) / C;
-  int known = 0; /* zsrc filled */
+  int known = 0; /* zsrc filled, from the first post on */
   for (size_t j = 0, off = 0; off < bytes && !st; j++, off += C) {
     size_t L = bytes - off < C ? bytes - off : C;
     size_t so = ((r + j) % K) * C;
@@ -1269,7 +1269,7 @@ static braid_status shm_reduce_scatter(braid_comm *c, const void *vsend, void *v
   uint64_t key = s->ph + 1;
   int zme = shm_zc_announce(s, send, bytes * (size_t)s->n, key), nzc;
   if (s->cma && bytes * (size_t)s->n >= s->cma_min) {
-    shm_ctl_of(s, s->me)->addr[0] = (uint64_t)(uintptr_t)send;
+    shm_ctl_of(s, s->me)->addr = (uint64_t)(uintptr_t)send;
     post(s);
     if ((st = wait_all(c, s, s->ph, "its input address in braid_reduce_scatter")) ||
         (st = zc_gather(c, s, key, zme, zsrc, &nzc))) {
@@ -1287,7 +1287,7 @@ static braid_status shm_reduce_scatter(braid_comm *c, const void *vsend, void *v
           continue;
         }
         char *t = s->tmp + (size_t)k++ * s->tmp_each;
-        st = shm_cma_read(c, s, q, t, shm_ctl_of(s, q)->addr[0] + at, len * es);
+        st = shm_cma_read(c, s, q, t, shm_ctl_of(s, q)->addr + at, len * es);
         srcs[q] = t;
       }
       if (!st) braid__reduce(recv + x * es, srcs, s->n, len, dt, op, s->n);

@@ -67,7 +67,7 @@ typedef struct shm_ctl {
   _Alignas(SHM_CL) _Atomic uint64_t flag;
   _Atomic uint64_t bcast_done;  /* small broadcasts this rank has finished */
   _Atomic uint64_t stream_done; /* chunks of streamed broadcasts this rank has written (root) or copied out */
-  uint64_t addr[2];
+  uint64_t addr;                /* this rank's buffer, for peers' single copy */
   _Alignas(SHM_CL) _Atomic uint32_t futex;
   _Atomic uint32_t sleeping;
   _Alignas(SHM_CL) int32_t pid;

@@ -52,11 +52,12 @@ typedef enum braid_status {
   BRAID_ERR_TIMEOUT,      /* a blocking call waited longer than the timeout (fatal) */
   BRAID_ERR_PEER_LOST,    /* another rank died or disconnected (fatal) */
   BRAID_ERR_ABORTED,      /* braid_abort() was called (fatal) */
-  BRAID_ERR_MISMATCH,     /* a message's size or type differs from the receive's */
+  BRAID_ERR_MISMATCH,     /* a message's size or type differs from the receive's, or ranks
+                             made different collective calls (fatal) */
   BRAID_ERR_BOOTSTRAP,    /* ranks could not find each other, or bad launcher settings */
   BRAID_ERR_SYSTEM,       /* an operating-system call failed */
   BRAID_ERR_BACKEND,      /* the underlying library (MPI, NCCL, CUDA) reported an error */
-  BRAID_ERR_INTERNAL      /* a bug in braid */
+  BRAID_ERR_INTERNAL      /* a bug in braid (fatal) */
 } braid_status;           /* more may be added at the end */
 
 /* Same codes as the reference DType. */
@@ -133,8 +134,9 @@ BRAID_API const char *braid_last_error(const braid_comm *comm);
 BRAID_API braid_status braid_init(const braid_config *cfg, braid_comm **comm); /* cfg NULL: from the environment */
 BRAID_API braid_status braid_destroy(braid_comm *comm);
 /* Fails the communicator: every blocked or later call returns BRAID_ERR_ABORTED.
-   Safe from any thread at any time; local (other ranks notice through their own
-   liveness checks). Release the communicator with braid_destroy. */
+   Safe from any thread at any time. The other ranks' calls then fail with
+   BRAID_ERR_PEER_LOST naming this rank. Release the communicator with
+   braid_destroy. */
 BRAID_API braid_status braid_abort(braid_comm *comm);
 BRAID_API int braid_world_size(const braid_comm *comm); /* -1 if comm is NULL */
 BRAID_API int braid_rank(const braid_comm *comm);       /* -1 if comm is NULL */

@@ -8,6 +8,7 @@
 #include <net/if.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,11 +16,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "core/comm.h"
+#include "core/log.h"
+#include "core/status.h"
+#include "os/sock.h"
 #include "os/time.h"
 
 #define MISSING_LISTED 16 /* missing ranks named in a timeout message before "and N more" */
 #define WAIT_BATCH 4096   /* keys per store wait request */
+
 
 static void hostport(const char *host, int port, char *out, size_t len) {
   if (strchr(host, ':'))
@@ -143,43 +147,44 @@ static int loopback_only_hint(const braid__launch_env *e) {
   return !e->has_token && !braid__host_is_loopback(e->store_host);
 }
 
-braid_status braid__bootstrap_world(braid_comm *c, const braid__launch_env *env, braid__boot **out) {
+braid_status braid__bootstrap_world(int rank, int size, const braid__launch_env *env, braid__boot **out, char *err,
+                                    size_t errlen) {
   *out = NULL;
+  if (err && errlen) err[0] = 0;
   braid__boot *b = calloc(1, sizeof *b);
-  if (!b) return braid__fail(c, BRAID_ERR_NO_MEMORY, "out of memory for the bootstrap state");
+  if (!b) return braid__errf(BRAID_ERR_NO_MEMORY, err, errlen, "out of memory for the bootstrap state");
   b->env = *env;
-  b->rank = c->rank;
-  b->size = c->size;
+  b->rank = rank;
+  b->size = size;
   b->local_rank = env->local_rank;
   b->local_size = env->local_size;
   b->init_timeout_s = env->init_timeout_s;
-  char err[BRAID_ERRLEN];
+  char why[512];
   braid_status st = BRAID_OK;
 
   /* A wrong interface name should fail now, not when a backend first listens. */
   if (env->ifname[0]) {
     char a[64];
-    if ((st = braid__iface_addr(env->ifname, a, sizeof a, err, sizeof err))) {
+    if ((st = braid__iface_addr(env->ifname, a, sizeof a, why, sizeof why))) {
       free_boot(b);
-      return braid__fail(c, st, "%s", err);
+      return braid__errf(st, err, errlen, "%s", why);
     }
   }
-  if (env->store_owner != BRAID__STORE_NONE && c->size == 1) {
+  if (env->store_owner != BRAID__STORE_NONE && size == 1) {
     /* One rank meets no one: hosting or dialling a store would only add ways
        to fail (a busy port, an unreachable host) and delay. */
     char where[BRAID__ENV_HOST_MAX + 16];
     hostport(env->store_host, env->store_port, where, sizeof where);
-    BLOG_INFO(BRAID_SUB_BOOT, c->rank, "world size 1: no rendezvous needed, so the store at %s (from %s) is not used",
+    BLOG_INFO(BRAID_SUB_BOOT, rank, "world size 1: no rendezvous needed, so the store at %s (from %s) is not used",
               where, env->store_from);
     b->env.store_owner = BRAID__STORE_NONE;
   }
   if (b->env.store_owner == BRAID__STORE_NONE) {
-    if (c->size > 1) {
+    if (size > 1) {
       free_boot(b);
-      return braid__fail(c, BRAID_ERR_BOOTSTRAP,
-                         "world size %d needs a store address: set BRAID_STORE=host:port or start the job with "
-                         "braidrun",
-                         c->size);
+      return braid__errf(BRAID_ERR_BOOTSTRAP, err, errlen,
+                  "world size %d needs a store address: set BRAID_STORE=host:port or start the job with braidrun",
+                  size);
     }
     if (b->local_size < 0) b->local_rank = 0, b->local_size = 1;
     *out = b;
@@ -189,12 +194,12 @@ braid_status braid__bootstrap_world(braid_comm *c, const braid__launch_env *env,
   b->shared = calloc(1, sizeof *b->shared);
   if (!b->shared) {
     free_boot(b);
-    return braid__fail(c, BRAID_ERR_NO_MEMORY, "out of memory for the bootstrap state");
+    return braid__errf(BRAID_ERR_NO_MEMORY, err, errlen, "out of memory for the bootstrap state");
   }
   atomic_init(&b->shared->refs, 1);
-  b->shared->world_rank = c->rank;
-  b->shared->world_size = c->size;
-  b->hosting = env->store_owner == BRAID__STORE_RANK0 && c->rank == 0;
+  b->shared->world_rank = rank;
+  b->shared->world_size = size;
+  b->hosting = env->store_owner == BRAID__STORE_RANK0 && rank == 0;
   double t0 = braid__now();
   double deadline = braid__deadline(env->init_timeout_s);
   char where[BRAID__ENV_HOST_MAX + 16];
@@ -206,42 +211,40 @@ braid_status braid__bootstrap_world(braid_comm *c, const braid__launch_env *env,
     /* A loopback address is bound as such; otherwise every interface (which the
        store narrows to loopback when there is no token). */
     const char *bind_host = braid__host_is_loopback(env->store_host) ? env->store_host : NULL;
-    err[0] = 0;
-    st = braid__store_server_start(bind_host, env->store_port, tok, toklen, &b->shared->srv, err, sizeof err);
+    why[0] = 0;
+    st = braid__store_server_start(bind_host, env->store_port, tok, toklen, &b->shared->srv, why, sizeof why);
     if (st) {
       free_boot(b);
-      return braid__fail(c, BRAID_ERR_BOOTSTRAP,
-                         "rank 0 could not host the store at %s (from %s): %s; if another job uses that port, "
-                         "choose another with BRAID_STORE=host:port%s",
-                         where, env->store_from, err[0] ? err : braid_status_string(st),
-                         strstr(env->store_from, "MASTER") ? " or MASTER_PORT" : "");
+      return braid__errf(BRAID_ERR_BOOTSTRAP, err, errlen,
+                  "rank 0 could not host the store at %s (from %s): %s; if another job uses that port, choose "
+                  "another with BRAID_STORE=host:port%s",
+                  where, env->store_from, why[0] ? why : braid_status_string(st),
+                  strstr(env->store_from, "MASTER") ? " or MASTER_PORT" : "");
     }
-    if (loopback_only_hint(env) && c->size > 1)
-      BLOG_WARN(BRAID_SUB_BOOT, c->rank,
+    if (loopback_only_hint(env) && size > 1)
+      BLOG_WARN(BRAID_SUB_BOOT, rank,
                 "no BRAID_TOKEN: the store at %s accepts loopback connections only, so ranks on other hosts "
                 "cannot join; give every rank the same BRAID_TOKEN (64 hex digits) for a multi-host job",
                 where);
-    BLOG_INFO(BRAID_SUB_BOOT, c->rank, "hosting the store at %s (%s)", where,
+    BLOG_INFO(BRAID_SUB_BOOT, rank, "hosting the store at %s (%s)", where,
               tok ? "token required" : "loopback only, no token");
   }
 
-  err[0] = 0;
-  st = braid__store_connect(env->store_host, env->store_port, tok, toklen, deadline, &b->store, err, sizeof err);
+  why[0] = 0;
+  st = braid__store_connect(env->store_host, env->store_port, tok, toklen, deadline, &b->store, why, sizeof why);
   if (st) {
     free_boot(b);
     /* When rank 0 hosts the store, nothing at all answering means rank 0 is the one missing. */
-    int rank0_missing = st == BRAID_ERR_TIMEOUT && env->store_owner == BRAID__STORE_RANK0 && c->rank != 0;
-    return braid__fail(c, BRAID_ERR_BOOTSTRAP, "could not reach the store at %s (from %s) within %g s: %s%s%s", where,
-                       env->store_from, env->init_timeout_s, err[0] ? err : braid_status_string(st),
-                       rank0_missing ? "; rank 0 hosts that store and has not started it (missing rank 0)" : "",
-                       loopback_only_hint(env)
-                           ? "; without BRAID_TOKEN the store accepts loopback connections only"
-                           : "");
+    int rank0_missing = st == BRAID_ERR_TIMEOUT && env->store_owner == BRAID__STORE_RANK0 && rank != 0;
+    return braid__errf(BRAID_ERR_BOOTSTRAP, err, errlen, "could not reach the store at %s (from %s) within %g s: %s%s%s",
+                where, env->store_from, env->init_timeout_s, why[0] ? why : braid_status_string(st),
+                rank0_missing ? "; rank 0 hosts that store and has not started it (missing rank 0)" : "",
+                loopback_only_hint(env) ? "; without BRAID_TOKEN the store accepts loopback connections only" : "");
   }
 
   /* Per job and world size: jobs that share a store (or reuse a port) never
      read each other's keys, and registration below catches a clash. */
-  snprintf(b->job_prefix, sizeof b->job_prefix, "braid/%s/w%d/", env->job_id[0] ? env->job_id : "job", c->size);
+  snprintf(b->job_prefix, sizeof b->job_prefix, "braid/%s/w%d/", env->job_id[0] ? env->job_id : "job", size);
   snprintf(b->prefix, sizeof b->prefix, "%s", b->job_prefix);
   if ((st = braid__store_set_prefix(b->store, b->prefix))) goto store_error;
 
@@ -258,7 +261,7 @@ braid_status braid__bootstrap_world(braid_comm *c, const braid__launch_env *env,
     b->local_rank = (int)(n - 1);
   }
   char rkey[32], val[400];
-  snprintf(rkey, sizeof rkey, "rank/%d", c->rank);
+  snprintf(rkey, sizeof rkey, "rank/%d", rank);
   snprintf(val, sizeof val, "host=%s pid=%ld local_rank=%d", host, (long)getpid(), b->local_rank);
   int swapped = 0;
   void *cur = NULL;
@@ -269,30 +272,29 @@ braid_status braid__bootstrap_world(braid_comm *c, const braid__launch_env *env,
     if (cur) snprintf(other, sizeof other, "%.*s", (int)(curlen < 199 ? curlen : 199), (const char *)cur);
     free(cur);
     free_boot(b);
-    return braid__fail(c, BRAID_ERR_BOOTSTRAP,
-                       "rank %d is already registered in the store at %s (%s): another job with the same store "
-                       "address and job id is running; give each job its own port or BRAID_JOB_ID",
-                       c->rank, where, other);
+    return braid__errf(BRAID_ERR_BOOTSTRAP, err, errlen,
+                "rank %d is already registered in the store at %s (%s): another job with the same store address "
+                "and job id is running; give each job its own port or BRAID_JOB_ID",
+                rank, where, other);
   }
   free(cur);
 
-  int *present = calloc((size_t)c->size, sizeof *present);
+  int *present = calloc((size_t)size, sizeof *present);
   if (!present) {
     free_boot(b);
-    return braid__fail(c, BRAID_ERR_NO_MEMORY, "out of memory for %d ranks' rendezvous", c->size);
+    return braid__errf(BRAID_ERR_NO_MEMORY, err, errlen, "out of memory for %d ranks' rendezvous", size);
   }
-  st = wait_all(b->store, c->size, deadline, present);
+  st = wait_all(b->store, size, deadline, present);
   if (st == BRAID_ERR_TIMEOUT) {
     int joined = 0;
-    for (int r = 0; r < c->size; r++) joined += present[r];
+    for (int r = 0; r < size; r++) joined += present[r];
     char missing[256];
-    describe_missing(present, c->size, missing, sizeof missing);
+    describe_missing(present, size, missing, sizeof missing);
     free(present);
     free_boot(b);
-    return braid__fail(c, BRAID_ERR_BOOTSTRAP, "rendezvous timed out after %g s: %d of %d ranks joined; %s%s",
-                       env->init_timeout_s, joined, c->size, missing,
-                       loopback_only_hint(env) ? " (without BRAID_TOKEN the store accepts loopback connections only)"
-                                               : "");
+    return braid__errf(BRAID_ERR_BOOTSTRAP, err, errlen, "rendezvous timed out after %g s: %d of %d ranks joined; %s%s",
+                env->init_timeout_s, joined, size, missing,
+                loopback_only_hint(env) ? " (without BRAID_TOKEN the store accepts loopback connections only)" : "");
   }
   free(present);
   if (st) goto store_error;
@@ -304,62 +306,77 @@ braid_status braid__bootstrap_world(braid_comm *c, const braid__launch_env *env,
     if ((st = braid__store_add(b->store, key, 0, &n))) goto store_error;
     b->local_size = (int)n;
   }
-  BLOG_INFO(BRAID_SUB_BOOT, c->rank, "rendezvous of %d ranks at %s done in %.3f s: local rank %d of %d, keys under %s",
-            c->size, where, braid__now() - t0, b->local_rank, b->local_size, b->prefix);
+  BLOG_INFO(BRAID_SUB_BOOT, rank, "rendezvous of %d ranks at %s done in %.3f s: local rank %d of %d, keys under %s",
+            size, where, braid__now() - t0, b->local_rank, b->local_size, b->prefix);
   *out = b;
   return BRAID_OK;
 
-store_error:;
-  char msg[BRAID_ERRLEN];
-  snprintf(msg, sizeof msg, "%s", b->store ? braid__store_error(b->store) : "");
+store_error:
+  snprintf(why, sizeof why, "%s", b->store ? braid__store_error(b->store) : "");
   free_boot(b);
-  return braid__fail(c, st == BRAID_ERR_NO_MEMORY ? st : BRAID_ERR_BOOTSTRAP,
-                     "lost the store at %s during rendezvous: %s", where, msg[0] ? msg : braid_status_string(st));
+  return braid__errf(st == BRAID_ERR_NO_MEMORY ? st : BRAID_ERR_BOOTSTRAP, err, errlen,
+              "lost the store at %s during rendezvous: %s", where, why[0] ? why : braid_status_string(st));
 }
 
-braid_status braid__bootstrap_split(braid_comm *parent, braid_comm *child) {
-  child->boot = NULL;
-  const braid__boot *pb = parent->boot;
-  if (!pb) return BRAID_OK;
+braid_status braid__bootstrap_split(const braid__boot *parent, int rank, int size, uint64_t child_id,
+                                    braid__boot **out, char *err, size_t errlen) {
+  *out = NULL;
+  if (err && errlen) err[0] = 0;
+  if (!parent) return BRAID_OK;
   braid__boot *b = calloc(1, sizeof *b);
-  if (!b) return braid__fail(child, BRAID_ERR_NO_MEMORY, "out of memory for the bootstrap state");
-  b->env = pb->env;
-  b->rank = child->rank;
-  b->size = child->size;
-  b->local_rank = pb->local_rank;
-  b->local_size = pb->local_size;
-  b->init_timeout_s = pb->init_timeout_s;
-  snprintf(b->job_prefix, sizeof b->job_prefix, "%s", pb->job_prefix);
+  if (!b) return braid__errf(BRAID_ERR_NO_MEMORY, err, errlen, "out of memory for the bootstrap state");
+  b->env = parent->env;
+  b->rank = rank;
+  b->size = size;
+  b->local_rank = parent->local_rank;
+  b->local_size = parent->local_size;
+  b->init_timeout_s = parent->init_timeout_s;
+  snprintf(b->job_prefix, sizeof b->job_prefix, "%s", parent->job_prefix);
   /* Child ids are unique within a job, so the namespace stays flat. */
-  snprintf(b->prefix, sizeof b->prefix, "%sc%llx/", pb->job_prefix, (unsigned long long)child->id);
-  if (pb->shared) { /* the hosted store outlives the world while children remain */
-    atomic_fetch_add(&pb->shared->refs, 1);
-    b->shared = pb->shared;
-    b->hosting = pb->hosting;
+  snprintf(b->prefix, sizeof b->prefix, "%sc%llx/", parent->job_prefix, (unsigned long long)child_id);
+  if (parent->shared) { /* the hosted store outlives the world while children remain */
+    atomic_fetch_add(&parent->shared->refs, 1);
+    b->shared = parent->shared;
+    b->hosting = parent->hosting;
   }
-  if (pb->store) {
-    char err[BRAID_ERRLEN] = "";
-    braid_status st = braid__store_clone(pb->store, braid__deadline(pb->init_timeout_s), &b->store, err, sizeof err);
+  if (parent->store) {
+    char why[512] = "";
+    braid_status st =
+        braid__store_clone(parent->store, braid__deadline(parent->init_timeout_s), &b->store, why, sizeof why);
     if (!st) st = braid__store_set_prefix(b->store, b->prefix);
     if (st) {
-      if (b->store && !err[0]) snprintf(err, sizeof err, "%s", braid__store_error(b->store));
+      if (b->store && !why[0]) snprintf(why, sizeof why, "%s", braid__store_error(b->store));
       free_boot(b);
       char where[BRAID__ENV_HOST_MAX + 16];
-      hostport(pb->env.store_host, pb->env.store_port, where, sizeof where);
-      return braid__fail(child, st == BRAID_ERR_NO_MEMORY ? st : BRAID_ERR_BOOTSTRAP,
-                         "could not open a store connection to %s for the new communicator: %s", where,
-                         err[0] ? err : braid_status_string(st));
+      hostport(parent->env.store_host, parent->env.store_port, where, sizeof where);
+      return braid__errf(st == BRAID_ERR_NO_MEMORY ? st : BRAID_ERR_BOOTSTRAP, err, errlen,
+                  "could not open a store connection to %s for the new communicator: %s", where,
+                  why[0] ? why : braid_status_string(st));
     }
   }
-  child->boot = b;
+  *out = b;
   return BRAID_OK;
 }
 
-void braid__bootstrap_free(braid_comm *c, double timeout_s) {
-  braid__boot *b = c->boot;
-  if (!b) return;
-  c->boot = NULL;
-  release(b, timeout_s);
+void braid__bootstrap_free(braid__boot *b, double timeout_s) {
+  if (b) release(b, timeout_s);
+}
+
+/* ---------------------------------------------------------------- failure spread */
+
+braid_status braid__boot_set(braid__boot *b, const char *key, const void *val, size_t len) {
+  if (!b || !b->store) return BRAID_OK; /* one rank: no one to tell */
+  return braid__store_set(b->store, key, val, len);
+}
+
+int braid__boot_peek(braid__boot *b, const char *key, void **val, size_t *len, double reply_timeout_s) {
+  *val = NULL;
+  *len = 0;
+  if (!b || !b->store) return 0; /* one rank: no one else can have set it */
+  int found = 0;
+  double deadline = braid__now() + (reply_timeout_s > 0 ? reply_timeout_s : 0);
+  if (braid__store_try_get(b->store, key, val, len, &found, deadline) != BRAID_OK) return -1;
+  return found;
 }
 
 /* ---------------------------------------------------------------- data-plane listener */
@@ -466,49 +483,38 @@ braid_status braid__listen_range(const char *bind_addr, int lo, int hi, int star
     snprintf(err, errlen, "cannot listen on \"%s\": not a numeric IPv4 or IPv6 address", bind_addr);
     return BRAID_ERR_INVALID_ARG;
   }
+  unsigned flags = BRAID__SOCK_REUSEADDR;
+  if (ss.ss_family == AF_INET6 && IN6_IS_ADDR_UNSPECIFIED(&s6->sin6_addr))
+    flags |= BRAID__SOCK_DUAL_STACK; /* "::" serves IPv4 too */
   int ranged = lo > 0;
-  int span = ranged ? hi - lo + 1 : 1;
-  int first = ranged ? (start_offset < 0 ? 0 : start_offset) % span : 0;
-  for (int i = 0; i < span; i++) {
-    int port = ranged ? lo + (first + i) % span : 0;
-    int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
-      snprintf(err, errlen, "cannot create a socket to listen on %s: %s", shown, strerror(errno));
+  int fd = -1;
+  int e = braid__sock_listen_range(&ss, sl, lo, hi, start_offset, backlog, flags, &fd);
+  if (e == 0) {
+    int port = braid__sock_local_port(fd);
+    if (port < 0) {
+      snprintf(err, errlen, "getsockname on the listener at %s: %s", shown, strerror(errno));
+      close(fd);
       return BRAID_ERR_SYSTEM;
     }
-    int one = 1, zero = 0;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (ss.ss_family == AF_INET6 && IN6_IS_ADDR_UNSPECIFIED(&s6->sin6_addr))
-      setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero); /* "::" serves IPv4 too */
-    if (ss.ss_family == AF_INET)
-      s4->sin_port = htons((uint16_t)port);
-    else
-      s6->sin6_port = htons((uint16_t)port);
-    if (bind(fd, (struct sockaddr *)&ss, sl) == 0 && listen(fd, backlog > 0 ? backlog : 128) == 0) {
-      struct sockaddr_storage got;
-      socklen_t gl = sizeof got;
-      if (getsockname(fd, (struct sockaddr *)&got, &gl) != 0) {
-        snprintf(err, errlen, "getsockname on the listener at %s: %s", shown, strerror(errno));
-        close(fd);
-        return BRAID_ERR_SYSTEM;
-      }
-      *port_out = ntohs(got.ss_family == AF_INET ? ((struct sockaddr_in *)&got)->sin_port
-                                                 : ((struct sockaddr_in6 *)&got)->sin6_port);
-      *fd_out = fd;
-      return BRAID_OK;
-    }
-    int e = errno;
-    close(fd);
-    if (e == EADDRINUSE && ranged) continue; /* taken: try the next port of the range */
-    if (ranged)
-      snprintf(err, errlen, "cannot listen on %s port %d (BRAID_PORT_RANGE=%d-%d): %s", shown, port, lo, hi,
-               strerror(e));
-    else
-      snprintf(err, errlen, "cannot listen on %s: %s", shown, strerror(e));
-    return e == EADDRNOTAVAIL ? BRAID_ERR_BOOTSTRAP : BRAID_ERR_SYSTEM;
+    *port_out = port;
+    *fd_out = fd;
+    return BRAID_OK;
   }
-  snprintf(err, errlen, "no free port in BRAID_PORT_RANGE=%d-%d on %s: all %d ports are in use", lo, hi, shown, span);
-  return BRAID_ERR_BOOTSTRAP;
+  if (e < 0) {
+    snprintf(err, errlen, "cannot create a socket to listen on %s: %s", shown, strerror(-e));
+    return BRAID_ERR_SYSTEM;
+  }
+  if (e == EADDRINUSE && ranged) {
+    snprintf(err, errlen, "no free port in BRAID_PORT_RANGE=%d-%d on %s: all %d ports are in use", lo, hi, shown,
+             hi - lo + 1);
+    return BRAID_ERR_BOOTSTRAP;
+  }
+  if (ranged)
+    snprintf(err, errlen, "cannot listen on %s port %d (BRAID_PORT_RANGE=%d-%d): %s", shown,
+             braid__sock_addr_port((struct sockaddr *)&ss), lo, hi, strerror(e));
+  else
+    snprintf(err, errlen, "cannot listen on %s: %s", shown, strerror(e));
+  return e == EADDRNOTAVAIL ? BRAID_ERR_BOOTSTRAP : BRAID_ERR_SYSTEM;
 }
 
 braid_status braid__listen_dataplane(const braid__boot *b, int backlog, braid__listener *out, char *err,

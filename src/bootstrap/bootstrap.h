@@ -1,7 +1,8 @@
 /*
  * Bootstrap of a world communicator: host or reach the rendezvous store, take
  * a namespace unique to the job, register, and wait until every rank has
- * joined. Backends find the store and the job's layout in c->boot.
+ * joined. Backends find the store and the job's layout in the communicator's
+ * boot. This layer knows ranks and namespaces, not communicators.
  *
  * Key layout, under "braid/<job id>/w<world size>/":
  *   rank/<r>  "host=<hostname> pid=<pid> local_rank=<l>"  (registration)
@@ -13,6 +14,7 @@
 #define BRAID_BOOTSTRAP_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "braid.h"
 #include "bootstrap/env.h"
@@ -35,31 +37,47 @@ typedef struct braid__boot {
 } braid__boot;
 
 /*
- * World bootstrap, called by braid_init with c->rank/c->size/c->call set and
- * env detected. With a store address: rank 0 starts the server when the
+ * World bootstrap for this process's rank of size (the world's, as detected
+ * in env). With a store address: rank 0 starts the server when the
  * convention says it hosts it, every rank connects and registers, and all
  * wait for each other until env->init_timeout_s. World size 1 needs no
  * rendezvous: *out gets a boot with store NULL (and env.store_owner NONE)
  * even when an address is configured, and nothing is hosted or dialled.
  * BRAID_IFNAME/BRAID_ADDR are checked here so a wrong interface fails at once.
  *
- * Errors are recorded on c with braid__fail and are BRAID_ERR_BOOTSTRAP,
- * including a rendezvous that ran out of time:
+ * Errors leave *out NULL and one sentence in err, without the call's name or
+ * the rank (the caller adds those). They are BRAID_ERR_BOOTSTRAP (or
+ * NO_MEMORY), a rendezvous that ran out of time included:
  *   "rendezvous timed out after 60 s: 3 of 4 ranks joined; missing rank 2"
  * (TIMEOUT is kept for calls on a live communicator, where it is fatal.)
  */
-braid_status braid__bootstrap_world(braid_comm *c, const braid__launch_env *env, braid__boot **out);
+braid_status braid__bootstrap_world(int rank, int size, const braid__launch_env *env, braid__boot **out, char *err,
+                                    size_t errlen);
 
-/* Gives child (rank/size/id set) a clone of parent's store connection with the
-   namespace "<parent prefix>c<child id>/". No store traffic besides the
-   connect; a parent without boot gives a child without boot. Errors on child. */
-braid_status braid__bootstrap_split(braid_comm *parent, braid_comm *child);
+/* The boot of a split child (rank of size, id child_id): a clone of parent's
+   store connection with the namespace "<job prefix>c<child id in hex>/". No
+   store traffic besides the connect; a parent without a store gives a child
+   without one, and a NULL parent a NULL child. Errors as above. */
+braid_status braid__bootstrap_split(const braid__boot *parent, int rank, int size, uint64_t child_id,
+                                    braid__boot **out, char *err, size_t errlen);
 
-/* Frees c->boot (NULL is fine). When the last communicator of the job in this
-   process goes, the process says goodbye (key exit/<world rank>); the one
-   hosting the store keeps it up until every rank has said it or timeout_s
-   passed, so slower ranks still reach it. */
-void braid__bootstrap_free(braid_comm *c, double timeout_s);
+/* Frees b (NULL is fine). When the last boot of the job in this process goes,
+   the process says goodbye (key exit/<world rank>); the one hosting the store
+   keeps it up until every rank has said it or timeout_s passed, so slower
+   ranks still reach it. */
+void braid__bootstrap_free(braid__boot *b, double timeout_s);
+
+/*
+ * Failure spread (the core's wait engine). braid__boot_set sets key, under
+ * b->prefix, to val (waiting for the reply as long as any store write does).
+ * braid__boot_peek reads key without waiting for it to appear: 1 and *val
+ * (malloc'd) when it exists, 0 when it does not, -1 when the store cannot be
+ * asked (gone, or no reply within reply_timeout_s); it never blocks longer,
+ * even on a stuck store. Without a store (world size 1) there is no one to
+ * tell or hear from: set stores nothing and returns OK, peek returns 0.
+ */
+braid_status braid__boot_set(braid__boot *b, const char *key, const void *val, size_t len);
+int braid__boot_peek(braid__boot *b, const char *key, void **val, size_t *len, double reply_timeout_s);
 
 /*
  * Data-plane listener: a listening, non-blocking, CLOEXEC TCP socket for a

@@ -11,6 +11,7 @@
 #include <strings.h>
 
 #include "core/params.h"
+#include "core/status.h"
 
 #define MAX_RANKS (1 << 24)
 
@@ -54,24 +55,9 @@ static const char *get(const reader *r, const char *name) {
   return (v && *v) ? v : NULL;
 }
 
-static braid_status fail(braid_status st, char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static braid_status fail(braid_status st, char *err, size_t errlen, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  if (err && errlen) vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-  return st;
-}
+/* A variable of the parameter list (core/params_list.h). */
+static const char *param(const reader *r, braid__param_id id) { return get(r, braid__param_name(id)); }
 
-static int parse_long(const char *s, long lo, long hi, long *out) {
-  char *end = NULL;
-  errno = 0;
-  long x = strtol(s, &end, 10);
-  if (errno || end == s || *end || x < lo || x > hi) return -1;
-  *out = x;
-  return 0;
-}
 
 /* Reads an integer variable; *out unchanged and OK when unset. */
 static braid_status env_int(const reader *r, const char *name, long lo, long hi, int *out, int *set, char *err,
@@ -80,8 +66,8 @@ static braid_status env_int(const reader *r, const char *name, long lo, long hi,
   *set = v != NULL;
   if (!v) return BRAID_OK;
   long x;
-  if (parse_long(v, lo, hi, &x))
-    return fail(BRAID_ERR_BOOTSTRAP, err, errlen, "%s=\"%s\" is not an integer in [%ld, %ld]", name, v, lo, hi);
+  if (braid__parse_long(v, lo, hi, &x))
+    return braid__errf(BRAID_ERR_BOOTSTRAP, err, errlen, "%s=\"%s\" is not an integer in [%ld, %ld]", name, v, lo, hi);
   *out = (int)x;
   return BRAID_OK;
 }
@@ -105,7 +91,7 @@ int braid__parse_hostport(const char *s, char *host, size_t hostlen, int *port) 
   }
   if (hlen == 0 || hlen >= hostlen) return -1;
   long p;
-  if (parse_long(colon + 1, 1, 65535, &p)) return -1;
+  if (braid__parse_long(colon + 1, 1, 65535, &p)) return -1;
   memcpy(host, h, hlen);
   host[hlen] = 0;
   *port = (int)p;
@@ -121,9 +107,9 @@ int braid__parse_port_range(const char *s, int *lo, int *hi) {
   long a, b;
   if (dash) {
     *dash = 0;
-    if (parse_long(buf, 1, 65535, &a) || parse_long(dash + 1, 1, 65535, &b) || a > b) return -1;
+    if (braid__parse_long(buf, 1, 65535, &a) || braid__parse_long(dash + 1, 1, 65535, &b) || a > b) return -1;
   } else {
-    if (parse_long(buf, 1, 65535, &a)) return -1;
+    if (braid__parse_long(buf, 1, 65535, &a)) return -1;
     b = a;
   }
   *lo = (int)a;
@@ -215,7 +201,7 @@ static const char *slurm_tpn_var(const reader *r) {
 static int slurm_local_size(const reader *r) {
   const char *tpn = get(r, slurm_tpn_var(r)), *nid = get(r, "SLURM_NODEID");
   long node;
-  if (!tpn || !nid || parse_long(nid, 0, MAX_RANKS, &node)) return -1;
+  if (!tpn || !nid || braid__parse_long(nid, 0, MAX_RANKS, &node)) return -1;
   const char *p = tpn;
   while (*p) {
     char *end;
@@ -244,28 +230,28 @@ static braid_status detect_store(const reader *r, const convention *cv, const br
   const char *v;
   if (ov->store_addr) {
     if (braid__parse_hostport(ov->store_addr, e->store_host, sizeof e->store_host, &e->store_port))
-      return fail(BRAID_ERR_INVALID_ARG, err, errlen,
+      return braid__errf(BRAID_ERR_INVALID_ARG, err, errlen,
                   "cfg->store_addr \"%s\" is not host:port (use [addr]:port for IPv6)", ov->store_addr);
     e->store_from = "cfg->store_addr";
-  } else if ((v = get(r, "BRAID_STORE"))) {
+  } else if ((v = param(r, BRAID_P_STORE))) {
     if (braid__parse_hostport(v, e->store_host, sizeof e->store_host, &e->store_port))
-      return fail(BRAID_ERR_BOOTSTRAP, err, errlen, "BRAID_STORE=\"%s\" is not host:port (use [addr]:port for IPv6)",
+      return braid__errf(BRAID_ERR_BOOTSTRAP, err, errlen, "BRAID_STORE=\"%s\" is not host:port (use [addr]:port for IPv6)",
                   v);
     e->store_from = "BRAID_STORE";
   } else if (cv->master_addr && (get(r, "MASTER_ADDR") || get(r, "MASTER_PORT"))) {
     const char *ma = get(r, "MASTER_ADDR"), *mp = get(r, "MASTER_PORT");
-    if (!ma) return fail(BRAID_ERR_BOOTSTRAP, err, errlen, "MASTER_PORT is set but MASTER_ADDR is missing");
-    if (!mp) return fail(BRAID_ERR_BOOTSTRAP, err, errlen, "MASTER_ADDR is set but MASTER_PORT is missing");
+    if (!ma) return braid__errf(BRAID_ERR_BOOTSTRAP, err, errlen, "MASTER_PORT is set but MASTER_ADDR is missing");
+    if (!mp) return braid__errf(BRAID_ERR_BOOTSTRAP, err, errlen, "MASTER_ADDR is set but MASTER_PORT is missing");
     long port;
-    if (parse_long(mp, 1, 65535, &port))
-      return fail(BRAID_ERR_BOOTSTRAP, err, errlen, "MASTER_PORT=\"%s\" is not a port number in [1, 65535]", mp);
+    if (braid__parse_long(mp, 1, 65535, &port))
+      return braid__errf(BRAID_ERR_BOOTSTRAP, err, errlen, "MASTER_PORT=\"%s\" is not a port number in [1, 65535]", mp);
     size_t len = strlen(ma);
     if (ma[0] == '[' && len > 2 && ma[len - 1] == ']') { /* "[::1]" */
       ma++;
       len -= 2;
     }
     if (len >= sizeof e->store_host)
-      return fail(BRAID_ERR_BOOTSTRAP, err, errlen, "MASTER_ADDR is longer than %zu characters",
+      return braid__errf(BRAID_ERR_BOOTSTRAP, err, errlen, "MASTER_ADDR is longer than %zu characters",
                   sizeof e->store_host - 1);
     memcpy(e->store_host, ma, len);
     e->store_host[len] = 0;
@@ -275,7 +261,7 @@ static braid_status detect_store(const reader *r, const convention *cv, const br
     const char *agent = get(r, "TORCHELASTIC_USE_AGENT_STORE");
     if (!strcmp(cv->name, "torchrun") && agent && (!strcasecmp(agent, "true") || !strcmp(agent, "1"))) {
       if (port == 65535)
-        return fail(BRAID_ERR_BOOTSTRAP, err, errlen,
+        return braid__errf(BRAID_ERR_BOOTSTRAP, err, errlen,
                     "MASTER_PORT=65535 is held by torchrun's store and leaves no port above it for braid's: "
                     "set BRAID_STORE=host:port");
       e->store_port = (int)port + 1;
@@ -286,38 +272,38 @@ static braid_status detect_store(const reader *r, const convention *cv, const br
     e->store_owner = BRAID__STORE_NONE;
     if (e->world_size > 1 && (flags & BRAID__ENV_REQUIRE_STORE)) {
       if (!strcmp(cv->name, "braidrun"))
-        return fail(BRAID_ERR_BOOTSTRAP, err, errlen,
+        return braid__errf(BRAID_ERR_BOOTSTRAP, err, errlen,
                     "%s is set but BRAID_STORE is missing (braidrun convention): set BRAID_STORE=host:port or "
                     "start the job with braidrun",
                     trigger);
       if (!strcmp(cv->name, "torchrun"))
-        return fail(BRAID_ERR_BOOTSTRAP, err, errlen,
+        return braid__errf(BRAID_ERR_BOOTSTRAP, err, errlen,
                     "%s is set but MASTER_ADDR and MASTER_PORT are missing (torchrun convention): set them or "
                     "BRAID_STORE=host:port",
                     trigger);
       if (!strcmp(cv->name, "config"))
-        return fail(BRAID_ERR_BOOTSTRAP, err, errlen,
+        return braid__errf(BRAID_ERR_BOOTSTRAP, err, errlen,
                     "world size %d needs a store address: set cfg->store_addr or BRAID_STORE=host:port",
                     e->world_size);
-      return fail(BRAID_ERR_BOOTSTRAP, err, errlen,
+      return braid__errf(BRAID_ERR_BOOTSTRAP, err, errlen,
                   "%s is set but no store address: set BRAID_STORE or MASTER_ADDR and MASTER_PORT", trigger);
     }
     return BRAID_OK;
   }
-  e->store_owner = BRAID__STORE_RANK0;
-  if ((v = get(r, "BRAID_STORE_EXTERNAL"))) {
-    if (!strcmp(v, "1"))
-      e->store_owner = BRAID__STORE_EXTERNAL;
-    else if (strcmp(v, "0"))
-      return fail(BRAID_ERR_BOOTSTRAP, err, errlen, "BRAID_STORE_EXTERNAL=\"%s\" is neither 0 nor 1", v);
-  }
+  v = param(r, BRAID_P_STORE_EXTERNAL);
+  if (v && strcmp(v, "0") && strcmp(v, "1"))
+    return braid__errf(BRAID_ERR_BOOTSTRAP, err, errlen, "BRAID_STORE_EXTERNAL=\"%s\" is neither 0 nor 1", v);
+  long external = 0;
+  braid_status st = braid__param_parse_int(BRAID_P_STORE_EXTERNAL, v, 0, 1, &external, err, errlen);
+  if (st) return st;
+  e->store_owner = external ? BRAID__STORE_EXTERNAL : BRAID__STORE_RANK0;
   return BRAID_OK;
 }
 
 static braid_status detect_job_id(const reader *r, const convention *cv, braid__launch_env *e, char *err,
                                   size_t errlen) {
   const char *v;
-  if ((v = get(r, "BRAID_JOB_ID")))
+  if ((v = param(r, BRAID_P_JOB_ID)))
     set_job_id(e, v, NULL);
   else if (!strcmp(cv->name, "torchrun") && (v = get(r, "TORCHELASTIC_RUN_ID")))
     set_job_id(e, "torchrun", v);
@@ -329,7 +315,7 @@ static braid_status detect_job_id(const reader *r, const convention *cv, braid__
     set_job_id(e, "ompi", v);
   /* A shared, long-lived store sees many jobs: only a job id keeps them apart. */
   if (e->store_owner == BRAID__STORE_EXTERNAL && !e->job_id[0])
-    return fail(BRAID_ERR_BOOTSTRAP, err, errlen,
+    return braid__errf(BRAID_ERR_BOOTSTRAP, err, errlen,
                 "BRAID_STORE_EXTERNAL=1 needs BRAID_JOB_ID, so that jobs sharing that store keep their keys apart");
   return BRAID_OK;
 }
@@ -337,27 +323,27 @@ static braid_status detect_job_id(const reader *r, const convention *cv, braid__
 static braid_status detect_dataplane(const reader *r, const braid__env_overrides *ov, braid__launch_env *e, char *err,
                                      size_t errlen) {
   const char *v;
-  e->init_timeout_s = 60.0;
   if (ov->init_timeout_s >= 0) {
     if (!isfinite(ov->init_timeout_s))
-      return fail(BRAID_ERR_INVALID_ARG, err, errlen, "cfg->init_timeout_s must be finite and non-negative");
+      return braid__errf(BRAID_ERR_INVALID_ARG, err, errlen, "cfg->init_timeout_s must be finite and non-negative");
     e->init_timeout_s = ov->init_timeout_s;
   } else if (ov->init_timeout_s != ov->init_timeout_s) { /* NaN */
-    return fail(BRAID_ERR_INVALID_ARG, err, errlen, "cfg->init_timeout_s must be finite and non-negative");
-  } else if ((v = get(r, "BRAID_INIT_TIMEOUT")) && braid__parse_seconds(v, &e->init_timeout_s)) {
-    return fail(BRAID_ERR_BOOTSTRAP, err, errlen, "BRAID_INIT_TIMEOUT=\"%s\" is not a non-negative number of seconds",
-                v);
+    return braid__errf(BRAID_ERR_INVALID_ARG, err, errlen, "cfg->init_timeout_s must be finite and non-negative");
+  } else {
+    braid_status st = braid__param_parse_seconds(BRAID_P_INIT_TIMEOUT, param(r, BRAID_P_INIT_TIMEOUT),
+                                                 &e->init_timeout_s, err, errlen);
+    if (st) return st == BRAID_ERR_INVALID_ARG ? BRAID_ERR_BOOTSTRAP : st; /* the launcher's setting is at fault */
   }
-  if ((v = get(r, "BRAID_PORT_RANGE")) && braid__parse_port_range(v, &e->port_lo, &e->port_hi))
-    return fail(BRAID_ERR_BOOTSTRAP, err, errlen,
+  if ((v = param(r, BRAID_P_PORT_RANGE)) && braid__parse_port_range(v, &e->port_lo, &e->port_hi))
+    return braid__errf(BRAID_ERR_BOOTSTRAP, err, errlen,
                 "BRAID_PORT_RANGE=\"%s\" is not a port range like 29500-29600 (ports 1 to 65535, low first)", v);
-  const char *ifname = get(r, "BRAID_IFNAME"), *addr = get(r, "BRAID_ADDR");
+  const char *ifname = param(r, BRAID_P_IFNAME), *addr = param(r, BRAID_P_ADDR);
   if (ifname && addr)
-    return fail(BRAID_ERR_BOOTSTRAP, err, errlen,
+    return braid__errf(BRAID_ERR_BOOTSTRAP, err, errlen,
                 "BRAID_IFNAME=\"%s\" and BRAID_ADDR=\"%s\" are both set; set only one", ifname, addr);
   if (ifname) {
     if (strlen(ifname) >= sizeof e->ifname)
-      return fail(BRAID_ERR_BOOTSTRAP, err, errlen, "BRAID_IFNAME=\"%s\" is too long for an interface name",
+      return braid__errf(BRAID_ERR_BOOTSTRAP, err, errlen, "BRAID_IFNAME=\"%s\" is too long for an interface name",
                   ifname);
     snprintf(e->ifname, sizeof e->ifname, "%s", ifname);
   }
@@ -365,7 +351,7 @@ static braid_status detect_dataplane(const reader *r, const braid__env_overrides
     struct in6_addr a;
     if (strlen(addr) >= sizeof e->addr ||
         (inet_pton(AF_INET, addr, &a) != 1 && inet_pton(AF_INET6, addr, &a) != 1))
-      return fail(BRAID_ERR_BOOTSTRAP, err, errlen, "BRAID_ADDR=\"%s\" is not a numeric IPv4 or IPv6 address",
+      return braid__errf(BRAID_ERR_BOOTSTRAP, err, errlen, "BRAID_ADDR=\"%s\" is not a numeric IPv4 or IPv6 address",
                   addr);
     snprintf(e->addr, sizeof e->addr, "%s", addr);
   }
@@ -380,14 +366,19 @@ braid_status braid__env_detect(braid__getenv_fn fn, void *ctx, const braid__env_
   const reader *r = &rd;
   braid_status st;
   memset(e, 0, sizeof *e);
-  e->rank = 0;
-  e->world_size = 1;
   e->local_rank = e->local_size = -1;
   if (err && errlen) err[0] = 0;
+  /* Without a launcher: the defaults of BRAID_RANK and BRAID_WORLD_SIZE. */
+  long def_rank = 0, def_size = 0;
+  if ((st = braid__param_parse_int(BRAID_P_RANK, NULL, 0, MAX_RANKS - 1, &def_rank, err, errlen)) ||
+      (st = braid__param_parse_int(BRAID_P_WORLD_SIZE, NULL, 1, MAX_RANKS, &def_size, err, errlen)))
+    return st;
+  e->rank = (int)def_rank;
+  e->world_size = (int)def_size;
 
   int cfg_rank = ov->rank >= 0, cfg_size = ov->world_size >= 0;
   if (cfg_size && ov->world_size < 1)
-    return fail(BRAID_ERR_INVALID_ARG, err, errlen, "world size %d must be at least 1", ov->world_size);
+    return braid__errf(BRAID_ERR_INVALID_ARG, err, errlen, "world size %d must be at least 1", ov->world_size);
 
   const convention *cv = NULL;
   if (cfg_rank && cfg_size) {
@@ -431,13 +422,13 @@ braid_status braid__env_detect(braid__getenv_fn fn, void *ctx, const braid__env_
       return st;
     trigger = get(r, cv->rank) ? cv->rank : size_var;
     if (!cfg_rank && !have_rank)
-      return fail(BRAID_ERR_BOOTSTRAP, err, errlen, "%s is set but %s is missing (%s convention)", size_var,
+      return braid__errf(BRAID_ERR_BOOTSTRAP, err, errlen, "%s is set but %s is missing (%s convention)", size_var,
                   cv->rank, cv->label);
     if (!cfg_size && !have_size) {
       if (is_slurm)
-        return fail(BRAID_ERR_BOOTSTRAP, err, errlen,
+        return braid__errf(BRAID_ERR_BOOTSTRAP, err, errlen,
                     "%s is set but SLURM_STEP_NUM_TASKS and SLURM_NTASKS are missing (Slurm convention)", cv->rank);
-      return fail(BRAID_ERR_BOOTSTRAP, err, errlen, "%s is set but %s is missing (%s convention)", cv->rank,
+      return braid__errf(BRAID_ERR_BOOTSTRAP, err, errlen, "%s is set but %s is missing (%s convention)", cv->rank,
                   size_var, cv->label);
     }
   }
@@ -447,12 +438,12 @@ braid_status braid__env_detect(braid__getenv_fn fn, void *ctx, const braid__env_
 
   if (e->rank >= e->world_size) {
     if (cfg_rank || cfg_size)
-      return fail(BRAID_ERR_INVALID_ARG, err, errlen, "rank %d out of range for world size %d (%s)", e->rank,
+      return braid__errf(BRAID_ERR_INVALID_ARG, err, errlen, "rank %d out of range for world size %d (%s)", e->rank,
                   e->world_size,
                   cfg_rank && cfg_size ? "cfg->rank, cfg->world_size"
                                        : (cfg_rank ? "cfg->rank against the environment's world size"
                                                    : "the environment's rank against cfg->world_size"));
-    return fail(BRAID_ERR_BOOTSTRAP, err, errlen, "rank %d out of range for world size %d: %s=%d is not below %s=%d",
+    return braid__errf(BRAID_ERR_BOOTSTRAP, err, errlen, "rank %d out of range for world size %d: %s=%d is not below %s=%d",
                 e->rank, e->world_size, cv->rank, e->rank, size_var, e->world_size);
   }
 
@@ -463,10 +454,10 @@ braid_status braid__env_detect(braid__getenv_fn fn, void *ctx, const braid__env_
   if (lc->lsize) {
     if ((st = env_int(r, lc->lsize, 1, MAX_RANKS, &e->local_size, &have_ls, err, errlen))) return st;
     if (have_lr && !have_ls)
-      return fail(BRAID_ERR_BOOTSTRAP, err, errlen, "%s is set but %s is missing (%s convention)", lc->lrank,
+      return braid__errf(BRAID_ERR_BOOTSTRAP, err, errlen, "%s is set but %s is missing (%s convention)", lc->lrank,
                   lc->lsize, lc->label);
     if (have_ls && !have_lr)
-      return fail(BRAID_ERR_BOOTSTRAP, err, errlen, "%s is set but %s is missing (%s convention)", lc->lsize,
+      return braid__errf(BRAID_ERR_BOOTSTRAP, err, errlen, "%s is set but %s is missing (%s convention)", lc->lsize,
                   lc->lrank, lc->label);
   } else if (have_lr) {
     e->local_size = slurm_local_size(r);
@@ -474,18 +465,18 @@ braid_status braid__env_detect(braid__getenv_fn fn, void *ctx, const braid__env_
   if (ov->local_rank >= 0) e->local_rank = ov->local_rank;
   if (ov->local_size >= 0) e->local_size = ov->local_size;
   if ((ov->local_rank >= 0) != (ov->local_size >= 0) && !(have_lr && have_ls))
-    return fail(BRAID_ERR_INVALID_ARG, err, errlen, "cfg->local_rank and cfg->local_size must be set together");
+    return braid__errf(BRAID_ERR_INVALID_ARG, err, errlen, "cfg->local_rank and cfg->local_size must be set together");
   if (e->local_size >= 0 || e->local_rank >= 0) {
     int from_cfg = ov->local_rank >= 0 || ov->local_size >= 0;
     braid_status bad = from_cfg ? BRAID_ERR_INVALID_ARG : BRAID_ERR_BOOTSTRAP;
     const char *lr = from_cfg ? "cfg->local_rank" : lc->lrank;
     const char *ls = from_cfg ? "cfg->local_size" : (lc->lsize ? lc->lsize : slurm_tpn_var(r));
     if (e->local_size == 0 && from_cfg)
-      return fail(bad, err, errlen, "cfg->local_size 0 must be at least 1");
+      return braid__errf(bad, err, errlen, "cfg->local_size 0 must be at least 1");
     if (e->local_size > 0 && e->local_rank >= e->local_size)
-      return fail(bad, err, errlen, "%s=%d is not below %s=%d", lr, e->local_rank, ls, e->local_size);
+      return braid__errf(bad, err, errlen, "%s=%d is not below %s=%d", lr, e->local_rank, ls, e->local_size);
     if (e->local_size > e->world_size)
-      return fail(bad, err, errlen, "%s=%d is larger than the world size %d", ls, e->local_size, e->world_size);
+      return braid__errf(bad, err, errlen, "%s=%d is larger than the world size %d", ls, e->local_size, e->world_size);
     if (e->local_size < 0) e->local_rank = -1; /* half a pair is no use: derive both at rendezvous */
   }
 
@@ -494,12 +485,12 @@ braid_status braid__env_detect(braid__getenv_fn fn, void *ctx, const braid__env_
   const char *tok;
   if (ov->token_hex) {
     if (braid__parse_token_hex(ov->token_hex, e->token))
-      return fail(BRAID_ERR_INVALID_ARG, err, errlen, "cfg->token_hex is not %d hex digits", 2 * BRAID__ENV_TOKEN_LEN);
+      return braid__errf(BRAID_ERR_INVALID_ARG, err, errlen, "cfg->token_hex is not %d hex digits", 2 * BRAID__ENV_TOKEN_LEN);
     e->has_token = 1;
-  } else if ((tok = get(r, "BRAID_TOKEN"))) {
+  } else if ((tok = param(r, BRAID_P_TOKEN))) {
     /* Never echo the value: it is a secret. */
     if (braid__parse_token_hex(tok, e->token))
-      return fail(BRAID_ERR_BOOTSTRAP, err, errlen, "BRAID_TOKEN is not %d hex digits", 2 * BRAID__ENV_TOKEN_LEN);
+      return braid__errf(BRAID_ERR_BOOTSTRAP, err, errlen, "BRAID_TOKEN is not %d hex digits", 2 * BRAID__ENV_TOKEN_LEN);
     e->has_token = 1;
   }
 

@@ -62,6 +62,14 @@ void braid__store_set_op_timeout(braid__store *st, double timeout_s);
 braid_status braid__store_set(braid__store *st, const char *key, const void *val, size_t len);
 /* Blocks until key exists or the deadline passes (BRAID_ERR_TIMEOUT). *val is malloc'd; free it. */
 braid_status braid__store_get(braid__store *st, const char *key, void **val, size_t *len, double deadline);
+/* Whether key exists now, without waiting for it: OK with *found 1 and *val
+   (malloc'd) or *found 0. The whole exchange ends by the absolute deadline
+   even when the store is stuck: TIMEOUT when no reply came by then. The
+   connection stays usable when the reply had not begun (it is skipped when
+   it comes); a request or reply stalled halfway closes it (later calls:
+   PEER_LOST). */
+braid_status braid__store_try_get(braid__store *st, const char *key, void **val, size_t *len, int *found,
+                                  double deadline);
 /* Atomic counter: adds delta (a missing key counts as 0) and returns the new value.
    The value is stored as decimal text ("42"), so GET reads it and SET "5" seeds
    it; arithmetic wraps like int64. ADD on a non-decimal value: INVALID_ARG. */

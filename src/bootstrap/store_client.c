@@ -407,14 +407,17 @@ static braid_status io_error(braid__store *st, int r) {
 
 /* Sends the frame in b (begun with seq st->seq) and reads its reply. Waits
    for the reply to start until wait_deadline (TIMEOUT then leaves the stream
-   usable: the late reply is recognized by its seq and skipped). */
+   usable: the late reply is recognized by its seq and skipped). Writing the
+   request and reading a reply once it has started are bounded by io_deadline,
+   or by the op timeout from then when io_deadline is NAN; running out of time
+   there loses the connection (the stream would be out of step). */
 static braid_status transact(braid__store *st, braid__buf *b, size_t at, uint8_t type, double wait_deadline,
-                             braid__proto_hdr *rh, uint8_t **payload) {
+                             double io_deadline, braid__proto_hdr *rh, uint8_t **payload) {
   *payload = NULL;
   braid__proto_end(b, at);
   if (st->lost) return BRAID_ERR_PEER_LOST; /* st->err still says why */
   if (b->oom) return seterr(st, BRAID_ERR_NO_MEMORY, "store client: out of memory building a request");
-  int r = braid__sock_write_full(st->fd, b->p, b->len, op_deadline(st));
+  int r = braid__sock_write_full(st->fd, b->p, b->len, isnan(io_deadline) ? op_deadline(st) : io_deadline);
   if (r != BRAID__SOCK_OK) return io_error(st, r);
   for (;;) {
     short rev = 0;
@@ -422,7 +425,7 @@ static braid_status transact(braid__store *st, braid__buf *b, size_t at, uint8_t
     if (pr == 0) return BRAID_ERR_TIMEOUT; /* the caller words the message */
     if (pr < 0) return lost(st, BRAID_ERR_SYSTEM, "poll on the store connection failed: %s", strerror(errno));
     /* Once a reply starts, the rest follows promptly. */
-    double rd = op_deadline(st);
+    double rd = isnan(io_deadline) ? op_deadline(st) : io_deadline;
     uint8_t hb[BRAID__PROTO_HDR];
     r = braid__sock_read_full(st->fd, hb, sizeof hb, rd);
     if (r != BRAID__SOCK_OK) return io_error(st, r);
@@ -481,7 +484,7 @@ braid_status braid__store_set(braid__store *st, const char *key, const void *val
   braid__buf_str(&b, val, (uint32_t)len);
   braid__proto_hdr h;
   uint8_t *p;
-  s = transact(st, &b, at, BRAID__PT_SET, op_deadline(st), &h, &p);
+  s = transact(st, &b, at, BRAID__PT_SET, op_deadline(st), NAN, &h, &p);
   braid__buf_free(&b);
   if (s == BRAID_ERR_TIMEOUT && !st->lost)
     return seterr(st, s, "store set \"%s\": no reply from the store at %s within %g s", key, st->hp, st->op_timeout);
@@ -502,7 +505,7 @@ braid_status braid__store_get(braid__store *st, const char *key, void **val, siz
   put_key(st, &b, key);
   braid__proto_hdr h;
   uint8_t *p;
-  s = transact(st, &b, at, BRAID__PT_GET, deadline + REPLY_GRACE, &h, &p);
+  s = transact(st, &b, at, BRAID__PT_GET, deadline + REPLY_GRACE, NAN, &h, &p);
   braid__buf_free(&b);
   char k[160];
   show_key(key, k, sizeof k);
@@ -523,6 +526,42 @@ braid_status braid__store_get(braid__store *st, const char *key, void **val, siz
   return BRAID_OK;
 }
 
+braid_status braid__store_try_get(braid__store *st, const char *key, void **val, size_t *len, int *found,
+                                  double deadline) {
+  *val = NULL;
+  *len = 0;
+  *found = 0;
+  braid_status s = check_key(st, key);
+  if (s != BRAID_OK) return s;
+  double t0 = braid__now();
+  braid__buf b = {0};
+  size_t at = begin(st, &b, BRAID__PT_GET);
+  braid__buf_u32(&b, 0); /* answered at once, present or not */
+  put_key(st, &b, key);
+  braid__proto_hdr h;
+  uint8_t *p;
+  s = transact(st, &b, at, BRAID__PT_GET, deadline, deadline, &h, &p);
+  braid__buf_free(&b);
+  char k[160];
+  show_key(key, k, sizeof k);
+  if (s == BRAID_ERR_TIMEOUT && !st->lost)
+    return seterr(st, s, "store get \"%s%s\": no reply from the store at %s within %.3g s", st->prefix, k, st->hp,
+                  braid__now() - t0);
+  if (s != BRAID_OK) return s;
+  if (h.status == BRAID__PST_TIMEOUT) {
+    free(p);
+    return BRAID_OK;
+  }
+  if (h.status != BRAID__PST_OK) {
+    free(p);
+    return reply_error(st, h.status, "get", key);
+  }
+  *val = p;
+  *len = h.len;
+  *found = 1;
+  return BRAID_OK;
+}
+
 braid_status braid__store_add(braid__store *st, const char *key, int64_t delta, int64_t *result) {
   braid_status s = check_key(st, key);
   if (s != BRAID_OK) return s;
@@ -532,7 +571,7 @@ braid_status braid__store_add(braid__store *st, const char *key, int64_t delta, 
   braid__buf_u64(&b, (uint64_t)delta);
   braid__proto_hdr h;
   uint8_t *p;
-  s = transact(st, &b, at, BRAID__PT_ADD, op_deadline(st), &h, &p);
+  s = transact(st, &b, at, BRAID__PT_ADD, op_deadline(st), NAN, &h, &p);
   braid__buf_free(&b);
   if (s == BRAID_ERR_TIMEOUT && !st->lost)
     return seterr(st, s, "store add \"%s\": no reply from the store at %s within %g s", key, st->hp, st->op_timeout);
@@ -567,7 +606,7 @@ braid_status braid__store_cas(braid__store *st, const char *key, const void *exp
   braid__buf_str(&b, desired, (uint32_t)dlen);
   braid__proto_hdr h;
   uint8_t *p;
-  s = transact(st, &b, at, BRAID__PT_CAS, op_deadline(st), &h, &p);
+  s = transact(st, &b, at, BRAID__PT_CAS, op_deadline(st), NAN, &h, &p);
   braid__buf_free(&b);
   if (s == BRAID_ERR_TIMEOUT && !st->lost)
     return seterr(st, s, "store cas \"%s\": no reply from the store at %s within %g s", key, st->hp, st->op_timeout);
@@ -605,7 +644,7 @@ braid_status braid__store_delete(braid__store *st, const char *key, int *existed
   put_key(st, &b, key);
   braid__proto_hdr h;
   uint8_t *p;
-  s = transact(st, &b, at, BRAID__PT_DELETE, op_deadline(st), &h, &p);
+  s = transact(st, &b, at, BRAID__PT_DELETE, op_deadline(st), NAN, &h, &p);
   braid__buf_free(&b);
   if (s == BRAID_ERR_TIMEOUT && !st->lost)
     return seterr(st, s, "store delete \"%s\": no reply from the store at %s within %g s", key, st->hp,
@@ -644,7 +683,7 @@ braid_status braid__store_wait(braid__store *st, const char *const *keys, int n,
   for (int i = 0; i < n; i++) put_key(st, &b, keys[i]);
   braid__proto_hdr h;
   uint8_t *p;
-  braid_status s = transact(st, &b, at, BRAID__PT_WAIT, deadline + REPLY_GRACE, &h, &p);
+  braid_status s = transact(st, &b, at, BRAID__PT_WAIT, deadline + REPLY_GRACE, NAN, &h, &p);
   braid__buf_free(&b);
   if (s == BRAID_ERR_TIMEOUT && !st->lost) {
     if (present)

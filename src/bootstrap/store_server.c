@@ -889,31 +889,17 @@ static void bind_add_numeric(bind_list *l, const char *numeric) {
   }
 }
 
-static void set_port(struct sockaddr_storage *ss, int port) {
-  if (ss->ss_family == AF_INET)
-    ((struct sockaddr_in *)ss)->sin_port = htons((uint16_t)port);
-  else
-    ((struct sockaddr_in6 *)ss)->sin6_port = htons((uint16_t)port);
-}
-
 /* This host cannot bind the address at all (not one of its addresses, or the
    family is off): skipped. A port someone else holds is not such a case. */
 static int addr_unavailable(int e) { return e == EADDRNOTAVAIL || e == EAFNOSUPPORT || e == EPROTONOSUPPORT; }
 
-/* Returns 0 and *fd, or an errno value. */
+/* Returns 0 and *fd, or an errno value (also when no socket could be made:
+   a family the host lacks is skipped like an address it lacks). IPv6 sockets
+   serve IPv6 only unless dual_stack, so each address of a list is its own. */
 static int bind_listen(const struct sockaddr *sa, socklen_t len, int dual_stack, int *fd_out) {
-  int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_TCP);
-  if (fd < 0) return errno;
-  int one = 1, v6only = !dual_stack;
-  (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  if (sa->sa_family == AF_INET6) (void)setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, sizeof v6only);
-  if (bind(fd, sa, len) != 0 || listen(fd, 1024) != 0) {
-    int e = errno;
-    close(fd);
-    return e;
-  }
-  *fd_out = fd;
-  return 0;
+  unsigned flags = BRAID__SOCK_REUSEADDR | (dual_stack ? BRAID__SOCK_DUAL_STACK : BRAID__SOCK_V6ONLY);
+  int e = braid__sock_listen(sa, len, 1024, flags, fd_out);
+  return e < 0 ? -e : e;
 }
 
 static void listen_error(const struct sockaddr_storage *ss, int e, char *err, size_t errlen) {
@@ -931,7 +917,7 @@ static int listen_list(braid__store_server *s, bind_list *l, int port, char *err
     int p = port, retry = 0, last = EADDRNOTAVAIL, last_i = 0;
     s->nl = 0;
     for (int i = 0; i < l->n; i++) {
-      set_port(&l->addr[i], p);
+      braid__sock_set_port(&l->addr[i], p);
       int fd = -1;
       int e = bind_listen((struct sockaddr *)&l->addr[i], l->len[i], 0, &fd);
       if (e == 0) {
@@ -955,7 +941,7 @@ static int listen_list(braid__store_server *s, bind_list *l, int port, char *err
     }
     if (!s->nl) {
       if (l->n) {
-        set_port(&l->addr[last_i], p);
+        braid__sock_set_port(&l->addr[last_i], p);
         listen_error(&l->addr[last_i], last, err, errlen);
       } else {
         snprintf(err, errlen, "no address to listen on");

@@ -1,4 +1,4 @@
-/* The communicator object and the backend contract. */
+/* The communicator object and the transport contract every backend fills. */
 #ifndef BRAID_COMM_H
 #define BRAID_COMM_H
 
@@ -8,9 +8,12 @@
 #include <stdint.h>
 
 #include "braid.h"
+#include "core/desc.h"
 #include "core/log.h"
+#include "core/match.h"
+#include "core/p2p.h"
 
-typedef struct braid__backend_ops braid__backend_ops;
+typedef struct braid__backend braid__backend;
 
 /* Optional CUDA stream hooks; NULL table: the backend has no communication stream. */
 typedef struct braid__stream_ops {
@@ -23,20 +26,45 @@ typedef struct braid__stream_ops {
   braid_status (*sync_comm_stream)(braid_comm *c);
 } braid__stream_ops;
 
+/* Capabilities: what the core must know about a backend instead of testing
+   its identity. */
+enum {
+  BRAID__CAP_NEEDS_STORE = 1 << 0, /* meets its peers through the rendezvous store */
+  BRAID__CAP_SINGLE_RANK = 1 << 1, /* world size 1 only */
+  BRAID__CAP_ONE_HOST = 1 << 2,    /* every rank on one host */
+  BRAID__CAP_DEVICE_MEM = 1 << 3,  /* buffers are device memory */
+};
+
+#define BRAID__ALL_DTYPES (~0ull) /* dtype mask bit per braid_dtype code (all codes are < 64) */
+
 /*
- * A backend: a const table. The core has already checked every argument
- * (pointers, ranges, dtype/op pair, overflow), rejected count 0 where it is a
- * no-op, holds c->lock (calls are serialized), and set c->call to the public
- * call's name. Backends report failures with braid__fail(), which composes
- * the message and marks fatal statuses sticky. Blocking waits honour
- * c->timeout_s and braid__aborted(c).
+ * A backend: a const table. The core has checked every argument (pointers,
+ * ranges, dtype/op pair, overflow), rejected count 0 where it is a no-op,
+ * holds c->lock (calls are serialized), set c->call to the public call's name,
+ * and, for a collective, advanced c->seq and set c->desc. Backends report
+ * failures with braid__fail(), which composes the message and marks fatal
+ * statuses sticky.
+ *
+ * Required: init, destroy, abort, isend, irecv, progress, and the waiting
+ * hooks. Point-to-point matching is the core's (core/match.h): a backend
+ * hands arrivals to braid__match_arrival and unexpected messages to
+ * braid__match_unexpected; take() moves an unexpected message into a
+ * receive. Native collectives are optional: a NULL entry gets the generic
+ * algorithm over isend/irecv (src/algos), so no NULL entry is ever called.
  */
-struct braid__backend_ops {
+struct braid__backend {
   const char *name;
-  /* Creates the state of a new world communicator (c->rank, c->size set). */
+  unsigned caps;          /* BRAID__CAP_* */
+  uint64_t dtypes;        /* bit (1 << code) per dtype it can carry */
+  size_t req_size;        /* its request type's size (braid__req first); >= sizeof(braid__req) */
+  size_t umsg_size;       /* its unexpected-message type's size (braid__umsg first) */
+
+  /* Creates the state of a new communicator (c->rank, c->size, c->id,
+     c->boot set). Collective over c's ranks. */
   braid_status (*init)(braid_comm *c);
-  /* Creates child's state from parent: members[i] is the parent rank of child
-     rank i; child->rank/size set. Collective over the members only. */
+  /* Creates child's state from parent of the same backend: members[i] is the
+     parent rank of child rank i. Collective over the members only. NULL:
+     init() runs on the child (its boot has the child's store namespace). */
   braid_status (*split)(braid_comm *parent, braid_comm *child, const int *members, int n);
   /* Best-effort completion of pending work within timeout_s, logging what it
      abandons, then frees the backend state. Must not block longer. */
@@ -44,12 +72,51 @@ struct braid__backend_ops {
   /* From any thread, without c->lock: wakes every waiter so it sees the abort. */
   void (*abort)(braid_comm *c);
 
-  /* Non-blocking point-to-point; completed by sync. */
-  braid_status (*send)(braid_comm *c, const void *buf, size_t count, braid_dtype dt, int dest, uint32_t tag);
-  braid_status (*recv)(braid_comm *c, void *buf, size_t count, braid_dtype dt, int src, uint32_t tag);
-  braid_status (*sync)(braid_comm *c);
-  braid_status (*barrier)(braid_comm *c);
+  /* Point to point. isend/irecv start r (fields filled by the core; an irecv
+     reaches the backend only when no unexpected message matched it and r is
+     on the posted queue) and may complete it at once. progress moves what
+     can move without blocking, completes requests, and adds to c->moved
+     when data moved. take moves unexpected message u into receive r (r not
+     queued) and frees u's payload; the core frees u. release_umsg frees the
+     payload of a message nobody received (destroy). */
+  braid_status (*isend)(braid_comm *c, braid__req *r);
+  braid_status (*irecv)(braid_comm *c, braid__req *r);
+  braid_status (*progress)(braid_comm *c);
+  braid_status (*take)(braid_comm *c, braid__req *r, braid__umsg *u);
+  void (*release_umsg)(braid_comm *c, braid__umsg *u);
 
+  /* Waiting (core/wait.h). arm announces that this thread is about to sleep
+     (0: cannot sleep now, yield instead); the caller re-checks its condition,
+     then calls sleep (which disarms) or disarm. sleep returns after at most
+     slice_s, earlier when peers post, and may release c->lock meanwhile
+     (self does, so another thread can supply a message). */
+  int (*arm)(braid_comm *c);
+  void (*sleep)(braid_comm *c, double slice_s);
+  void (*disarm)(braid_comm *c);
+  /* Liveness, every ~100 ms of a wait: fails c (PEER_LOST) and returns the
+     status when a peer died or left; peer is the awaited rank or -1. */
+  braid_status (*check_peers)(braid_comm *c, int peer, const char *what);
+  /* A failure another rank published through the backend's own channel
+     (cheap: called at every collective's start): 0, or 1 with the origin's
+     status, rank and sentence (without its " (rank R)"). NULL: the core's
+     store key is the only channel. */
+  int (*remote_failure)(braid_comm *c, braid_status *st, int *origin, char *text, size_t len);
+  /* Publishes this rank's failure through the backend's channel (may be
+     called from another thread for braid_abort). */
+  void (*publish_failure)(braid_comm *c, braid_status st, const char *text);
+  /* Where peer stands, for the cross-rank check while this rank waits in
+     collective seq: 1 with peer's descriptor of seq when it entered seq;
+     0 when unknown (not there yet, or the backend cannot tell). NULL: the
+     core asks the store. */
+  int (*peer_desc)(braid_comm *c, int peer, uint64_t seq, braid__desc *out);
+
+  /* Called as every collective starts (c->seq and c->desc set), before
+     the native or generic code: where the backend logs calls for
+     peer_desc. Optional. */
+  void (*coll_start)(braid_comm *c);
+
+  /* Native collectives (optional). */
+  braid_status (*barrier)(braid_comm *c);
   braid_status (*all_reduce)(braid_comm *c, void *buf, size_t count, braid_dtype dt, braid_op op);
   braid_status (*broadcast)(braid_comm *c, void *buf, size_t count, braid_dtype dt, int root);
   braid_status (*all_gather)(braid_comm *c, const void *send, void *recv, size_t count, braid_dtype dt);
@@ -60,41 +127,78 @@ struct braid__backend_ops {
 };
 
 #define BRAID_ERRLEN 512
+#define BRAID__NSCRATCH 4
 
 struct braid_comm {
-  const braid__backend_ops *ops;
+  const braid__backend *ops;
   void *be; /* backend state */
   int rank, size;
   uint64_t id;        /* unique per communicator within a job: tags, store namespaces */
   uint32_t nsplits;   /* splits made from this communicator so far */
-  uint64_t seq;       /* collectives issued so far (same on every rank) */
+  uint64_t seq;       /* collectives started so far, the same on every rank (split and barrier count) */
+  braid__desc desc;   /* the collective in progress (kind NONE outside one) */
+  braid__desc prev_desc; /* the one before (seq - 1) */
+  uint32_t desc_hash; /* braid__desc_hash(seq, &desc) */
+  int check;          /* cross-rank call check on (BRAID_CHECK) */
+  int stale_watch;    /* a generic collective ran: the next one looks for its unreceived messages */
+  uint8_t algo[BRAID__COLL_NKINDS]; /* forced algorithm per collective (BRAID_ALGO), 0: automatic */
   double timeout_s;   /* 0: wait forever */
   double destroy_timeout_s;
-  struct braid__boot *boot; /* rendezvous store and job layout (bootstrap/bootstrap.h) */
+  unsigned spin_limit; /* waits spin this many times before yielding (set by the backend) */
+  double yield_s;      /* ... then yield this long before sleeping */
+  struct braid__boot *boot;   /* rendezvous store and job layout (bootstrap/bootstrap.h) */
+  struct braid_comm *parent;  /* sub-communicator: the communicator it serves (NULL for user communicators) */
 
   pthread_mutex_t lock;   /* serializes calls */
   const char *call;       /* name of the public call in progress (under lock) */
   atomic_int failed;      /* sticky fatal status, 0 while healthy */
   atomic_int aborted;     /* braid_abort() was called */
+  int fail_published;     /* this rank's failure went out to the others */
+
+  /* point to point (under lock) */
+  braid__matcher match;
+  braid__req *free_reqs;        /* request pool */
+  int nfree;
+  braid__req *pending, **pending_tail; /* user operations until braid_sync */
+  int npending;                 /* requests started and not complete (user and internal) */
+  uint64_t moved;               /* bumped by the backend whenever data moves */
+  braid_status deferred;        /* first error found while matching, reported by braid_sync */
+  char deferred_msg[320];
+  char posting_mismatch[320];   /* the shape mismatch of the receive braid_recv is posting */
+  void *scratch[BRAID__NSCRATCH];
+  size_t scratch_len[BRAID__NSCRATCH];
+
+  struct braid_comm *live_next; /* this process's communicators (core/wait.c) */
 
   pthread_mutex_t err_lock; /* guards the messages (abort may write from another thread) */
   char last_error[BRAID_ERRLEN];
   char fatal_error[BRAID_ERRLEN]; /* message of the error that failed the communicator */
+  char fatal_text[BRAID_ERRLEN];  /* the same without " (rank R)": what other ranks are told */
 };
 
 /* Records an error on c (or on this thread only, c NULL): message
    "<call>: <text> (rank R)", logged, and stored for braid_last_error. Fatal
-   statuses (TIMEOUT, PEER_LOST, ABORTED) make c failed. Returns st. */
+   statuses (TIMEOUT, PEER_LOST, ABORTED, INTERNAL) make c failed. Returns st. */
 braid_status braid__fail(braid_comm *c, braid_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 braid_status braid__vfail(braid_comm *c, braid_status st, const char *fmt, va_list ap)
     __attribute__((format(printf, 3, 0)));
+/* Same, but c is failed whatever st is (a collective mismatch leaves the
+   ranks in different places: the communicator cannot go on). */
+braid_status braid__fail_comm(braid_comm *c, braid_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Fails c with a message that is already whole (another rank's sentence,
+   published to this one): only " (rank R)" is added when it lacks one. */
+braid_status braid__fail_relayed(braid_comm *c, braid_status st, const char *msg);
+
+/* The calling thread's last error (braid_last_error(NULL)). */
+void braid__set_thread_error(const char *msg);
 
 static inline int braid__aborted(const braid_comm *c) {
   return atomic_load_explicit(&((braid_comm *)c)->aborted, memory_order_acquire);
 }
 
 static inline int braid__status_is_fatal(braid_status st) {
-  return st == BRAID_ERR_TIMEOUT || st == BRAID_ERR_PEER_LOST || st == BRAID_ERR_ABORTED;
+  return st == BRAID_ERR_TIMEOUT || st == BRAID_ERR_PEER_LOST || st == BRAID_ERR_ABORTED || st == BRAID_ERR_INTERNAL;
 }
 
 /* The sentence every backend uses when a message and its receive differ:
@@ -102,12 +206,24 @@ static inline int braid__status_is_fatal(braid_status st) {
 void braid__mismatch_text(char *out, size_t len, int src, uint32_t tag, size_t msg_count, braid_dtype msg_dt,
                           size_t recv_count, braid_dtype recv_dt);
 
-/* Registry of built backends; NULL if name is unknown. */
-const braid__backend_ops *braid__backend_find(const char *name);
-/* Comma-separated names of the built backends (for messages). */
-const char *braid__backend_names(void);
+/* Keeps the first error found while progressing (reported by the next braid_sync). */
+void braid__defer(braid_comm *c, braid_status st, const char *msg);
 
-extern const braid__backend_ops braid__self_ops;
-extern const braid__backend_ops braid__shm_ops;
+/* Fails c with BRAID_ERR_MISMATCH because rank peer is in another collective
+   (theirs) than this rank's current one; the sentence names both calls. */
+braid_status braid__coll_mismatch(braid_comm *c, int peer, const braid__desc *theirs);
+/* The same when peer is in collective their_seq while this rank is in c->seq. */
+braid_status braid__coll_mismatch_at(braid_comm *c, int peer, const braid__desc *theirs, uint64_t their_seq);
+/* The same about this rank's collective seq, which it called as mine. */
+braid_status braid__coll_mismatch_of(braid_comm *c, uint64_t seq, const braid__desc *mine, int peer,
+                                     const braid__desc *theirs, uint64_t their_seq);
+/* Messages of collectives this rank has finished (before seq, or up to it
+   when inclusive) that no receive took: the sender was in another call.
+   Fails c with the mismatch and returns it; OK when there are none. */
+braid_status braid__coll_check_stale(braid_comm *c, int inclusive);
+
+/* Allocation and release of the bare object (api/ and the sub-communicator helper). */
+braid_comm *braid__comm_alloc(void);
+void braid__comm_free(braid_comm *c);
 
 #endif

@@ -29,13 +29,20 @@ static const struct {
                     {"shm", BRAID_SUB_SHM},   {"tcp", BRAID_SUB_TCP},   {"boot", BRAID_SUB_BOOT},
                     {"env", BRAID_SUB_ENV}};
 
-static int parse_level(const char *s) {
-  if (!s) return BRAID_LOG_WARN;
+static int level_of(const char *s) {
+  if (!s) return -1;
   for (int i = 0; i <= BRAID_LOG_TRACE; i++)
     if (!strcasecmp(s, level_names[i])) return i;
   if (!strcasecmp(s, "warning")) return BRAID_LOG_WARN;
   if (!strcasecmp(s, "off")) return BRAID_LOG_NONE;
-  return BRAID_LOG_WARN;
+  return -1;
+}
+
+/* An unknown level means the default level (BRAID_LOG's in the parameter list). */
+static int parse_level(const char *s) {
+  int l = level_of(s);
+  if (l < 0) l = level_of(braid__param_default(BRAID_P_LOG));
+  return l < 0 ? BRAID_LOG_WARN : l; /* only if the list's default were no level */
 }
 
 static int parse_subsys(const char *s) {
@@ -73,7 +80,7 @@ static int open_log_file(const char *pattern) {
 void braid__log_reload(void) {
   pthread_mutex_lock(&log_lock);
   if (gethostname(log_host, sizeof log_host - 1) != 0) snprintf(log_host, sizeof log_host, "?");
-  const char *file = braid__env("BRAID_LOG_FILE");
+  const char *file = braid__param_str(BRAID_P_LOG_FILE);
   if (strcmp(file ? file : "", log_file) != 0) {
     int old = atomic_load(&log_fd);
     int fd = 2;
@@ -85,8 +92,8 @@ void braid__log_reload(void) {
     if (old > 2 && old != fd) close(old);
     snprintf(log_file, sizeof log_file, "%s", file ? file : "");
   }
-  atomic_store(&log_subsys, parse_subsys(braid__env("BRAID_LOG_SUBSYS")));
-  atomic_store(&log_level, parse_level(braid__env("BRAID_LOG")));
+  atomic_store(&log_subsys, parse_subsys(braid__param_str(BRAID_P_LOG_SUBSYS)));
+  atomic_store(&log_level, parse_level(braid__param_str(BRAID_P_LOG)));
   pthread_mutex_unlock(&log_lock);
 }
 

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "core/comm.h"
+#include "core/params.h"
 
 typedef struct region {
   uintptr_t base;
@@ -35,8 +36,8 @@ static _Atomic uint64_t free_epoch;  /* braid_mem_free calls so far */
 
 /* Identifies the caller in messages of calls that have no communicator. */
 static void who(char *out, size_t len) {
-  const char *r = getenv("BRAID_RANK");
-  if (r && *r) snprintf(out, len, "rank %s", r);
+  const char *r = braid__param_env(BRAID_P_RANK); /* unset: the pid, not the default rank 0 */
+  if (r) snprintf(out, len, "rank %s", r);
   else snprintf(out, len, "pid %d", (int)getpid());
 }
 

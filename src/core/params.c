@@ -1,57 +1,49 @@
+/* Environment parameters (see params.h): the table generated from
+   params_list.h, strict parsers, and accessors that parse the list's default
+   with the same parser as the variable. */
 #include "core/params.h"
 
 #include <errno.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 static const braid__param params[] = {
-    {"BRAID_BACKEND", BRAID_PT_STRING, "auto", "backend of braid_init(NULL): self for one rank, shm on one host"},
-    {"BRAID_RANK", BRAID_PT_INT, "0", "this process's rank in the job"},
-    {"BRAID_WORLD_SIZE", BRAID_PT_INT, "1", "number of ranks in the job"},
-    {"BRAID_LOCAL_RANK", BRAID_PT_INT, NULL,
-     "this process's rank among the job's ranks on its host (set with BRAID_LOCAL_SIZE; else derived)"},
-    {"BRAID_LOCAL_SIZE", BRAID_PT_INT, NULL, "number of the job's ranks on this host (set with BRAID_LOCAL_RANK)"},
-    {"BRAID_STORE", BRAID_PT_STRING, NULL,
-     "host:port ([addr]:port for IPv6) of the rendezvous store; overrides MASTER_ADDR/MASTER_PORT"},
-    {"BRAID_STORE_EXTERNAL", BRAID_PT_INT, "0",
-     "1: the store at BRAID_STORE is already running (braidrun); 0: rank 0 starts it"},
-    {"BRAID_TOKEN", BRAID_PT_STRING, NULL,
-     "job secret, 64 hex digits, authenticating every store connection; unset: loopback-only store"},
-    {"BRAID_JOB_ID", BRAID_PT_STRING, NULL,
-     "namespace of the job's store keys (default: the launcher's job id); required with BRAID_STORE_EXTERNAL=1"},
-    {"BRAID_INIT_TIMEOUT", BRAID_PT_SECONDS, "60",
-     "seconds braid_init waits for the store and for every rank to join (0 = forever)"},
-    {"BRAID_PORT_RANGE", BRAID_PT_STRING, NULL,
-     "ports for data-plane listeners, e.g. 29500-29600 (busy ports are skipped); unset: any free port"},
-    {"BRAID_IFNAME", BRAID_PT_STRING, NULL, "network interface whose address data-plane listeners use, e.g. eth0"},
-    {"BRAID_ADDR", BRAID_PT_STRING, NULL, "numeric address data-plane listeners bind and advertise"},
-    {"BRAID_TIMEOUT", BRAID_PT_SECONDS, "300",
-     "seconds a blocking call may wait without progress before BRAID_ERR_TIMEOUT (decimals allowed; 0 = forever)"},
-    {"BRAID_DESTROY_TIMEOUT", BRAID_PT_SECONDS, "5",
-     "seconds braid_destroy spends completing pending operations before abandoning them"},
-    {"BRAID_LOG", BRAID_PT_STRING, "warn", "log level: error, warn, info, debug, trace (or off)"},
-    {"BRAID_LOG_SUBSYS", BRAID_PT_STRING, "all",
-     "comma list of subsystems to log: init, coll, p2p, shm, tcp, boot, env"},
-    {"BRAID_LOG_FILE", BRAID_PT_STRING, NULL,
-     "append log lines to this file instead of stderr; %h = host, %p = pid"},
-    {"BRAID_SHM_BUFFER", BRAID_PT_SIZE, "8M",
-     "shm backend: shared staging bytes per rank (K/M/G suffix); bounds memory for large operations"},
-    {"BRAID_SHM_CMA", BRAID_PT_INT, "1",
-     "shm backend: 1 uses single-copy process_vm_readv/writev when the kernel allows it, 0 copies through shared memory"},
-    {"BRAID_SHM_CMA_MIN", BRAID_PT_SIZE, "256M",
-     "shm backend: collectives of at least this many bytes use single copy (when available; messages above 8 KiB always do)"},
-    {"BRAID_SHM_ZEROCOPY", BRAID_PT_INT, "1",
-     "shm backend: 1 lets peers read braid_mem_alloc buffers in place when the kernel allows it, 0 copies them "
-     "like other memory"},
-    {"BRAID_SHM_MEMBARRIER", BRAID_PT_INT, "1",
-     "shm backend: 1 pairs wake-ups with membarrier when the kernel allows it (no fence per send), 0 fences both sides"},
+#define BRAID__PARAM_ROW(id, name, type, def, doc) {name, BRAID_PT_##type, def, doc},
+    BRAID_PARAM_LIST(BRAID__PARAM_ROW)
+#undef BRAID__PARAM_ROW
 };
 
+_Static_assert(sizeof params / sizeof params[0] == BRAID_P_COUNT, "one table row per parameter id");
+
 const braid__param *braid__param_table(size_t *n) {
-  *n = sizeof(params) / sizeof(params[0]);
+  *n = sizeof params / sizeof params[0];
   return params;
+}
+
+static const braid__param *param(braid__param_id id) {
+  return (unsigned)id < (unsigned)BRAID_P_COUNT ? &params[id] : NULL;
+}
+
+const char *braid__param_name(braid__param_id id) {
+  const braid__param *p = param(id);
+  return p ? p->name : "(unknown parameter)";
+}
+
+const char *braid__param_default(braid__param_id id) {
+  const braid__param *p = param(id);
+  return p ? p->def : NULL;
+}
+
+const char *braid__param_type_name(braid__param_type t) {
+  switch (t) {
+  case BRAID_PT_INT: return "int";
+  case BRAID_PT_SECONDS: return "seconds";
+  case BRAID_PT_SIZE: return "size";
+  default: return "string";
+  }
 }
 
 const char *braid__env(const char *name) {
@@ -59,24 +51,56 @@ const char *braid__env(const char *name) {
   return (v && *v) ? v : NULL;
 }
 
+const char *braid__param_env(braid__param_id id) {
+  const braid__param *p = param(id);
+  return p ? braid__env(p->name) : NULL;
+}
+
+const char *braid__param_str(braid__param_id id) {
+  const braid__param *p = param(id);
+  if (!p) return NULL;
+  const char *v = braid__env(p->name);
+  return v ? v : p->def;
+}
+
+/* ---------------------------------------------------------------- parsers */
+
+static int is_digit(char c) { return c >= '0' && c <= '9'; }
+
+int braid__parse_long(const char *s, long lo, long hi, long *out) {
+  if (!s) return -1;
+  /* strtol would skip leading spaces and take '+': only digits, '-' where negatives are allowed. */
+  const char *d = s[0] == '-' && lo < 0 ? s + 1 : s;
+  if (!is_digit(*d)) return -1;
+  char *end = NULL;
+  errno = 0;
+  long x = strtol(s, &end, 10);
+  if (errno || *end || x < lo || x > hi) return -1;
+  *out = x;
+  return 0;
+}
+
 int braid__parse_seconds(const char *s, double *out) {
+  if (!s) return -1;
+  /* A digit or a point first rules out spaces, signs, "nan" and "inf". */
+  if (!is_digit(s[0]) && !(s[0] == '.' && is_digit(s[1]))) return -1;
+  if (s[0] == '0' && (s[1] == 'x' || s[1] == 'X')) return -1; /* strtod reads hex floats */
   char *end = NULL;
   errno = 0;
   double v = strtod(s, &end);
   if (errno || end == s || !isfinite(v) || v < 0) return -1;
-  while (*end == ' ') end++;
-  if (*end == 's' && end[1] == 0) end++;
+  if (*end == 's') end++;
   if (*end) return -1;
   *out = v;
   return 0;
 }
 
 int braid__parse_size(const char *s, size_t *out) {
+  if (!s || !is_digit(s[0])) return -1; /* strtoull would take " -1" as 2^64 - 1 */
   char *end = NULL;
   errno = 0;
-  if (*s == '-') return -1;
   unsigned long long v = strtoull(s, &end, 10);
-  if (errno || end == s) return -1;
+  int overflow = errno == ERANGE;
   unsigned shift = 0;
   switch (*end) {
   case 'k': case 'K': shift = 10; end++; break;
@@ -84,13 +108,156 @@ int braid__parse_size(const char *s, size_t *out) {
   case 'g': case 'G': shift = 30; end++; break;
   default: break;
   }
-  if (shift && *end == 'i') end++; /* accept "Ki", "Mi", "Gi" */
+  if (shift && *end == 'i') end++; /* "Ki", "Mi", "Gi" */
   if (*end == 'B' || *end == 'b') end++;
   if (*end) return -1;
-  if (shift && v > (~0ull >> shift)) return -1;
-  *out = (size_t)(v << shift);
+  if (overflow || v > SIZE_MAX || v > (SIZE_MAX >> shift)) return -2;
+  *out = (size_t)v << shift;
   return 0;
 }
+
+void braid__format_size(size_t v, char *out, size_t len) {
+  static const struct {
+    unsigned shift;
+    char unit;
+  } units[] = {{30, 'G'}, {20, 'M'}, {10, 'K'}};
+  for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
+    size_t u = (size_t)1 << units[i].shift;
+    if (v && v % u == 0) {
+      snprintf(out, len, "%zu%c", v / u, units[i].unit);
+      return;
+    }
+  }
+  snprintf(out, len, "%zu", v);
+}
+
+/* ---------------------------------------------------------------- checks with messages */
+
+static braid_status check_int(const char *name, const char *v, long lo, long hi, long *out, char *err,
+                              size_t errlen) {
+  if (braid__parse_long(v, lo, hi, out) == 0) return BRAID_OK;
+  snprintf(err, errlen, "%s=\"%s\" is not an integer in [%ld, %ld]", name, v, lo, hi);
+  return BRAID_ERR_INVALID_ARG;
+}
+
+static braid_status check_seconds(const char *name, const char *v, double *out, char *err, size_t errlen) {
+  if (braid__parse_seconds(v, out) == 0) return BRAID_OK;
+  snprintf(err, errlen, "%s=\"%s\" is not a non-negative number of seconds", name, v);
+  return BRAID_ERR_INVALID_ARG;
+}
+
+static braid_status check_size(const char *name, const char *v, size_t lo, size_t hi, size_t *out, char *err,
+                               size_t errlen) {
+  size_t x = 0;
+  int r = braid__parse_size(v, &x);
+  if (r == -1) {
+    snprintf(err, errlen, "%s=\"%s\" is not a size (bytes, or with a K/M/G suffix)", name, v);
+    return BRAID_ERR_INVALID_ARG;
+  }
+  if (r == -2 || x < lo || x > hi) {
+    char a[32], b[32];
+    braid__format_size(lo, a, sizeof a);
+    braid__format_size(hi, b, sizeof b);
+    snprintf(err, errlen, "%s=\"%s\" is out of range [%s, %s]", name, v, a, b);
+    return BRAID_ERR_INVALID_ARG;
+  }
+  *out = x;
+  return BRAID_OK;
+}
+
+/* The parameter, checked to be of the type the accessor reads. */
+static const braid__param *typed(braid__param_id id, braid__param_type t, char *err, size_t errlen) {
+  const braid__param *p = param(id);
+  if (!p)
+    snprintf(err, errlen, "internal error: parameter id %d is not in the parameter list", (int)id);
+  else if (p->type != t)
+    snprintf(err, errlen, "internal error: %s is a %s parameter, read as %s", p->name, braid__param_type_name(p->type),
+             braid__param_type_name(t));
+  else
+    return p;
+  return NULL;
+}
+
+/* A default the parser or the caller's bounds reject is braid's own bug. */
+static braid_status bad_default(const braid__param *p, const char *why, char *err, size_t errlen) {
+  snprintf(err, errlen, "internal error: the built-in default of %s, \"%s\", is rejected: %s", p->name, p->def, why);
+  return BRAID_ERR_INTERNAL;
+}
+
+braid_status braid__param_parse_int(braid__param_id id, const char *value, long lo, long hi, long *out, char *err,
+                                    size_t errlen) {
+  const braid__param *p = typed(id, BRAID_PT_INT, err, errlen);
+  if (!p) return BRAID_ERR_INTERNAL;
+  if (value && *value) return check_int(p->name, value, lo, hi, out, err, errlen);
+  if (!p->def) return BRAID_OK;
+  char why[256];
+  if (check_int(p->name, p->def, lo, hi, out, why, sizeof why)) return bad_default(p, why, err, errlen);
+  return BRAID_OK;
+}
+
+braid_status braid__param_parse_seconds(braid__param_id id, const char *value, double *out, char *err,
+                                        size_t errlen) {
+  const braid__param *p = typed(id, BRAID_PT_SECONDS, err, errlen);
+  if (!p) return BRAID_ERR_INTERNAL;
+  if (value && *value) return check_seconds(p->name, value, out, err, errlen);
+  if (!p->def) return BRAID_OK;
+  char why[256];
+  if (check_seconds(p->name, p->def, out, why, sizeof why)) return bad_default(p, why, err, errlen);
+  return BRAID_OK;
+}
+
+braid_status braid__param_parse_size(braid__param_id id, const char *value, size_t lo, size_t hi, size_t *out,
+                                     char *err, size_t errlen) {
+  const braid__param *p = typed(id, BRAID_PT_SIZE, err, errlen);
+  if (!p) return BRAID_ERR_INTERNAL;
+  if (value && *value) return check_size(p->name, value, lo, hi, out, err, errlen);
+  if (!p->def) return BRAID_OK;
+  char why[256];
+  if (check_size(p->name, p->def, lo, hi, out, why, sizeof why)) return bad_default(p, why, err, errlen);
+  return BRAID_OK;
+}
+
+braid_status braid__param_int(braid__param_id id, long lo, long hi, long *out, char *err, size_t errlen) {
+  return braid__param_parse_int(id, braid__param_env(id), lo, hi, out, err, errlen);
+}
+
+braid_status braid__param_seconds(braid__param_id id, double *out, char *err, size_t errlen) {
+  return braid__param_parse_seconds(id, braid__param_env(id), out, err, errlen);
+}
+
+braid_status braid__param_size(braid__param_id id, size_t lo, size_t hi, size_t *out, char *err, size_t errlen) {
+  return braid__param_parse_size(id, braid__param_env(id), lo, hi, out, err, errlen);
+}
+
+/* ---------------------------------------------------------------- Markdown */
+
+/* Table cells: a '|' would end the cell. */
+static void md_cell(FILE *f, const char *s) {
+  for (; *s; s++) {
+    if (*s == '|') fputc('\\', f);
+    fputc(*s, f);
+  }
+}
+
+void braid__param_markdown(FILE *f) {
+  fputs("| variable | type | default | meaning |\n| --- | --- | --- | --- |\n", f);
+  for (size_t i = 0; i < sizeof params / sizeof params[0]; i++) {
+    const braid__param *p = &params[i];
+    fprintf(f, "| `%s` | %s | ", p->name, braid__param_type_name(p->type));
+    if (p->def) {
+      fputc('`', f);
+      md_cell(f, p->def);
+      fputc('`', f);
+    } else {
+      fputs("\xe2\x80\x94", f); /* an em dash: no default */
+    }
+    fputs(" | ", f);
+    md_cell(f, p->doc);
+    fputs(" |\n", f);
+  }
+}
+
+/* ---------------------------------------------------------------- name-based helpers */
 
 braid_status braid__env_int(const char *name, long def, long lo, long hi, long *out, char *err, size_t errlen) {
   const char *v = braid__env(name);
@@ -98,15 +265,7 @@ braid_status braid__env_int(const char *name, long def, long lo, long hi, long *
     *out = def;
     return BRAID_OK;
   }
-  char *end = NULL;
-  errno = 0;
-  long x = strtol(v, &end, 10);
-  if (errno || end == v || *end || x < lo || x > hi) {
-    snprintf(err, errlen, "%s=\"%s\" is not an integer in [%ld, %ld]", name, v, lo, hi);
-    return BRAID_ERR_INVALID_ARG;
-  }
-  *out = x;
-  return BRAID_OK;
+  return check_int(name, v, lo, hi, out, err, errlen);
 }
 
 braid_status braid__env_seconds(const char *name, double def, double *out, char *err, size_t errlen) {
@@ -115,11 +274,7 @@ braid_status braid__env_seconds(const char *name, double def, double *out, char 
     *out = def;
     return BRAID_OK;
   }
-  if (braid__parse_seconds(v, out) != 0) {
-    snprintf(err, errlen, "%s=\"%s\" is not a non-negative number of seconds", name, v);
-    return BRAID_ERR_INVALID_ARG;
-  }
-  return BRAID_OK;
+  return check_seconds(name, v, out, err, errlen);
 }
 
 braid_status braid__env_size(const char *name, size_t def, size_t *out, char *err, size_t errlen) {
@@ -128,9 +283,5 @@ braid_status braid__env_size(const char *name, size_t def, size_t *out, char *er
     *out = def;
     return BRAID_OK;
   }
-  if (braid__parse_size(v, out) != 0) {
-    snprintf(err, errlen, "%s=\"%s\" is not a size (bytes, or with a K/M/G suffix)", name, v);
-    return BRAID_ERR_INVALID_ARG;
-  }
-  return BRAID_OK;
+  return check_size(name, v, 0, SIZE_MAX, out, err, errlen);
 }

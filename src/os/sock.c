@@ -9,6 +9,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -250,6 +251,50 @@ int braid__sock_read_full(int fd, void *buf, size_t len, double deadline) {
   return BRAID__SOCK_OK;
 }
 
+int braid__sock_listen(const struct sockaddr *sa, socklen_t len, int backlog, unsigned flags, int *fd_out) {
+  int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_TCP);
+  if (fd < 0) return -errno;
+  int one = 1, zero = 0;
+  if (flags & BRAID__SOCK_REUSEADDR) (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (sa->sa_family == AF_INET6 && (flags & (BRAID__SOCK_DUAL_STACK | BRAID__SOCK_V6ONLY)))
+    (void)setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, (flags & BRAID__SOCK_V6ONLY) ? &one : &zero, sizeof one);
+  if (bind(fd, sa, len) != 0 || listen(fd, backlog > 0 ? backlog : 128) != 0) {
+    int e = errno;
+    close(fd);
+    return e;
+  }
+  *fd_out = fd;
+  return 0;
+}
+
+void braid__sock_set_port(struct sockaddr_storage *ss, int port) {
+  if (ss->ss_family == AF_INET)
+    ((struct sockaddr_in *)ss)->sin_port = htons((uint16_t)port);
+  else if (ss->ss_family == AF_INET6)
+    ((struct sockaddr_in6 *)ss)->sin6_port = htons((uint16_t)port);
+}
+
+int braid__sock_addr_port(const struct sockaddr *sa) {
+  if (sa->sa_family == AF_INET) return ntohs(((const struct sockaddr_in *)sa)->sin_port);
+  if (sa->sa_family == AF_INET6) return ntohs(((const struct sockaddr_in6 *)sa)->sin6_port);
+  return -1;
+}
+
+int braid__sock_listen_range(struct sockaddr_storage *ss, socklen_t len, int lo, int hi, int start, int backlog,
+                             unsigned flags, int *fd) {
+  if (lo <= 0) return braid__sock_listen((struct sockaddr *)ss, len, backlog, flags, fd);
+  int span = hi - lo + 1;
+  if (span <= 0) return EINVAL;
+  int first = (start < 0 ? 0 : start) % span;
+  int e = EADDRINUSE;
+  for (int i = 0; i < span; i++) {
+    braid__sock_set_port(ss, lo + (first + i) % span);
+    e = braid__sock_listen((struct sockaddr *)ss, len, backlog, flags, fd);
+    if (e != EADDRINUSE) return e; /* bound, or a failure another port would not cure */
+  }
+  return e;
+}
+
 void braid__sock_addr_format(const struct sockaddr *sa, char *out, size_t outlen) {
   char a[INET6_ADDRSTRLEN];
   if (sa->sa_family == AF_INET) {
@@ -290,7 +335,5 @@ int braid__sock_local_port(int fd) {
   struct sockaddr_storage ss;
   socklen_t sl = sizeof ss;
   if (getsockname(fd, (struct sockaddr *)&ss, &sl) != 0) return -1;
-  if (ss.ss_family == AF_INET) return ntohs(((struct sockaddr_in *)&ss)->sin_port);
-  if (ss.ss_family == AF_INET6) return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
-  return -1;
+  return braid__sock_addr_port((struct sockaddr *)&ss);
 }

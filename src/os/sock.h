@@ -56,12 +56,35 @@ int braid__sock_read_full(int fd, void *buf, size_t len, double deadline);
 int braid__sock_send_some(int fd, const void *buf, size_t len, size_t *done);
 int braid__sock_recv_some(int fd, void *buf, size_t len, size_t *done);
 
+/* Flags of braid__sock_listen. Without either IPv6 flag an IPv6 socket keeps
+   the system's IPV6_V6ONLY setting. */
+enum {
+  BRAID__SOCK_REUSEADDR = 1 << 0,  /* SO_REUSEADDR: rebind a port whose old connections linger in TIME_WAIT */
+  BRAID__SOCK_DUAL_STACK = 1 << 1, /* IPv6: accept IPv4 clients too (IPV6_V6ONLY off) */
+  BRAID__SOCK_V6ONLY = 1 << 2      /* IPv6: IPv6 clients only (IPV6_V6ONLY on) */
+};
+/* A listening TCP socket (non-blocking, CLOEXEC) bound to sa; backlog <= 0
+   means 128. Returns 0 and *fd; a positive errno value when bind or listen
+   failed; minus the errno value when no socket could be created. */
+int braid__sock_listen(const struct sockaddr *sa, socklen_t len, int backlog, unsigned flags, int *fd);
+/* The same on a port of [lo, hi] (0 < lo <= hi): ports are tried from
+   lo + start % (hi - lo + 1) on, wrapping around, and a port in use
+   (EADDRINUSE) moves to the next; EADDRINUSE once every port was tried. lo = 0:
+   one try at the port already in ss (0: the kernel picks). ss's port is left
+   at the port last tried, so a caller can name it in an error; hi < lo gives
+   EINVAL. */
+int braid__sock_listen_range(struct sockaddr_storage *ss, socklen_t len, int lo, int hi, int start, int backlog,
+                             unsigned flags, int *fd);
+
 /* "1.2.3.4:5" or "[::1]:5". */
 void braid__sock_addr_format(const struct sockaddr *sa, char *out, size_t outlen);
 /* host and port as one string, IPv6 literals bracketed. */
 void braid__sock_hostport(const char *host, int port, char *out, size_t outlen);
 /* Whether sa is a loopback address (127/8, ::1, or IPv4-mapped 127/8). */
 int braid__sock_is_loopback(const struct sockaddr *sa);
+/* Port of an IPv4 or IPv6 address (-1 for another family), and setting it. */
+int braid__sock_addr_port(const struct sockaddr *sa);
+void braid__sock_set_port(struct sockaddr_storage *ss, int port);
 /* Port a socket is bound to, -1 on error. */
 int braid__sock_local_port(int fd);
 

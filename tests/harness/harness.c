@@ -1,5 +1,7 @@
 #include "harness.h"
 
+#include "api/api.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -252,26 +254,26 @@ int bt_run_ranks(const char *backend, int nranks, double timeout_s, bt_body body
 }
 
 int bt_backends(const char **names, int *max_ranks, int cap) {
-  static const struct {
-    const char *name;
-    int max_ranks;
-  } built[] = {{"self", 1}, {"shm", 16}};
+  /* The registry's names, in its order: "self, shm, ...". */
+  static char built[256];
+  snprintf(built, sizeof built, "%s", braid__backend_names());
   const char *want = getenv("BRAID_TEST_BACKENDS");
   int n = 0;
-  for (size_t i = 0; i < sizeof(built) / sizeof(built[0]) && n < cap; i++) {
+  for (char *save = NULL, *name = strtok_r(built, ", ", &save); name && n < cap; name = strtok_r(NULL, ", ", &save)) {
     if (want && *want) {
       /* Exact item match in the comma list. */
-      size_t len = strlen(built[i].name);
+      size_t len = strlen(name);
       const char *p = want;
       int found = 0;
-      while ((p = strstr(p, built[i].name))) {
+      while ((p = strstr(p, name))) {
         if ((p == want || p[-1] == ',') && (p[len] == 0 || p[len] == ',')) found = 1;
         p += len;
       }
       if (!found) continue;
     }
-    names[n] = built[i].name;
-    max_ranks[n] = built[i].max_ranks;
+    const braid__backend *be = braid__backend_find(name);
+    names[n] = name;
+    max_ranks[n] = be && (be->caps & BRAID__CAP_SINGLE_RANK) ? 1 : 16;
     n++;
   }
   return n;
@@ -321,3 +323,16 @@ int bt_main(int argc, char **argv, const bt_case *cases, size_t ncases) {
     printf("%d passed, %d failed\n", passed, failed);
   return failed ? 1 : 0;
 }
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define BT_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(undefined_behavior_sanitizer)
+#define BT_SANITIZED 1
+#endif
+#endif
+#ifndef BT_SANITIZED
+#define BT_SANITIZED 0
+#endif
+
+int bt_quick(void) { return BT_SANITIZED || getenv("BRAID_TEST_QUICK") != NULL; }

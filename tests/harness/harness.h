@@ -120,6 +120,10 @@ typedef struct bt_case {
    child with its timeout; prints one line per case and "N passed, N failed". */
 int bt_main(int argc, char **argv, const bt_case *cases, size_t ncases);
 
+/* 1 under a sanitizer (slow) or with BRAID_TEST_QUICK set: tests scale
+   their sizes down. */
+int bt_quick(void);
+
 /* Deterministic pseudo-random generator for test inputs. */
 static inline unsigned long long bt_rand(unsigned long long *state) {
   unsigned long long x = *state += 0x9E3779B97F4A7C15ull;

@@ -9,7 +9,6 @@
  *   lines N           N lines on stdout, each written in two pieces, and N on stderr
  *   boot              rendezvous through the store (bootstrap layer) and report
  */
-#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -18,7 +17,6 @@
 #include <unistd.h>
 
 #include "bootstrap/bootstrap.h"
-#include "core/comm.h"
 #include "os/time.h"
 
 static int rank;
@@ -69,23 +67,13 @@ static int boot(void) {
     fprintf(stderr, "rank %d: %s\n", rank, err);
     return 1;
   }
-  braid_comm *c = calloc(1, sizeof *c);
-  pthread_mutex_init(&c->lock, NULL);
-  pthread_mutex_init(&c->err_lock, NULL);
-  c->rank = e.rank;
-  c->size = e.world_size;
-  c->id = 1;
-  c->call = "braid_init";
-  if (braid__bootstrap_world(c, &e, &c->boot)) {
-    fprintf(stderr, "rank %d: %s\n", rank, c->last_error);
+  braid__boot *b = NULL;
+  if (braid__bootstrap_world(e.rank, e.world_size, &e, &b, err, sizeof err)) {
+    fprintf(stderr, "rank %d: %s\n", rank, err);
     return 1;
   }
-  say("rank %d of %d joined (local %d of %d)\n", c->boot->rank, c->boot->size, c->boot->local_rank,
-      c->boot->local_size);
-  braid__bootstrap_free(c, 10.0);
-  pthread_mutex_destroy(&c->lock);
-  pthread_mutex_destroy(&c->err_lock);
-  free(c);
+  say("rank %d of %d joined (local %d of %d)\n", b->rank, b->size, b->local_rank, b->local_size);
+  braid__bootstrap_free(b, 10.0);
   return 0;
 }
 

@@ -1,37 +1,19 @@
 /* The bootstrap layer on forked processes: rank 0 hosting the store, an
    external store, a rank that never starts (the timeout message), two jobs on
-   one store, a busy store port, an unreachable store, split namespaces, and a
-   world of one, which needs no store at all. */
+   one store, a busy store port, an unreachable store, split namespaces, the
+   failure-spread keys (set, and a peek that a stuck or vanished store cannot
+   hold up), and a world of one, which needs no store at all. */
 #include <errno.h>
-#include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "bootstrap/bootstrap.h"
-#include "core/comm.h"
 #include "harness.h"
 #include "os/sock.h"
 #include "os/time.h"
-
-/* A communicator shell: what bootstrap needs (rank, size, id, error state). */
-static braid_comm *shell(int rank, int size, uint64_t id) {
-  braid_comm *c = calloc(1, sizeof *c);
-  if (!c) abort();
-  pthread_mutex_init(&c->lock, NULL);
-  pthread_mutex_init(&c->err_lock, NULL);
-  c->rank = rank;
-  c->size = size;
-  c->id = id;
-  c->call = "braid_init";
-  return c;
-}
-
-static void shell_free(braid_comm *c) {
-  pthread_mutex_destroy(&c->lock);
-  pthread_mutex_destroy(&c->err_lock);
-  free(c);
-}
 
 static const char *fake_get(void *ctx, const char *name) {
   size_t n = strlen(name);
@@ -54,7 +36,9 @@ typedef struct job {
   const char *expect;    /* NULL: rendezvous must succeed; else the error must contain it */
 } job;
 
-static braid_status boot_rank(const job *j, int rank, braid_comm **cout) {
+/* Detects job j's environment for rank and bootstraps it. *detected says
+   whether detection passed; errors leave their sentence in err. */
+static braid_status boot_rank(const job *j, int rank, braid__boot **out, char *err, size_t errlen, int *detected) {
   char v[10][128];
   char *kv[11];
   int n = 0;
@@ -69,20 +53,19 @@ static braid_status boot_rank(const job *j, int rank, braid_comm **cout) {
   for (int i = 0; i < n; i++) kv[i] = v[i];
   kv[n] = NULL;
   braid__launch_env e;
-  char err[512];
-  *cout = NULL;
-  braid_status st = braid__env_detect(fake_get, kv, NULL, BRAID__ENV_REQUIRE_STORE, &e, err, sizeof err);
+  *out = NULL;
+  *detected = 0;
+  braid_status st = braid__env_detect(fake_get, kv, NULL, BRAID__ENV_REQUIRE_STORE, &e, err, errlen);
   if (st) {
     fprintf(stderr, "detect: %s\n", err);
     return st;
   }
-  braid_comm *c = shell(rank, j->size, 1);
-  st = braid__bootstrap_world(c, &e, &c->boot);
-  *cout = c;
-  return st;
+  *detected = 1;
+  return braid__bootstrap_world(rank, j->size, &e, out, err, errlen);
 }
 
-/* Every rank: rendezvous, check the layout, exchange a key, say goodbye. */
+/* Every rank: rendezvous, check the layout, exchange keys, spread a flag
+   through the failure keys, split, say goodbye. */
 static int body_join(braid_comm *unused, int hrank, int hsize, void *arg) {
   (void)unused, (void)hsize;
   const job *j = arg;
@@ -92,22 +75,23 @@ static int body_join(braid_comm *unused, int hrank, int hsize, void *arg) {
     rank = hrank - j->rank_offset;
   }
   if (rank == j->skip_rank) return 0;
-  braid_comm *c = NULL;
+  braid__boot *b = NULL;
+  char err[512] = "";
+  int detected = 0;
   double t0 = braid__now();
-  braid_status st = boot_rank(j, rank, &c);
-  BT_CHECK(c != NULL, "rank %d: detection failed", rank);
+  braid_status st = boot_rank(j, rank, &b, err, sizeof err, &detected);
+  BT_CHECK(detected, "rank %d: detection failed", rank);
   if (j->expect) {
     BT_CHECK(st == BRAID_ERR_BOOTSTRAP, "rank %d: got %s, expected BOOTSTRAP", rank, braid_status_string(st));
-    BT_CHECK(strstr(c->last_error, j->expect), "rank %d: \"%s\" lacks \"%s\"", rank, c->last_error, j->expect);
-    BT_CHECK(!strncmp(c->last_error, "braid_init: ", 12), "message names the call: %s", c->last_error);
+    BT_CHECK(strstr(err, j->expect), "rank %d: \"%s\" lacks \"%s\"", rank, err, j->expect);
+    /* One sentence; the caller adds the call's name and the rank. */
+    BT_CHECK(strncmp(err, "braid_init", 10) && !strstr(err, "(rank "), "message framed already: %s", err);
     double limit = j->init_timeout ? atof(j->init_timeout) + 2.5 : 5.0;
     BT_CHECK(braid__now() - t0 < limit, "failed after %.2f s", braid__now() - t0);
-    BT_CHECK(c->boot == NULL, "no boot state after a failure");
-    shell_free(c);
+    BT_CHECK(b == NULL, "no boot state after a failure");
     return 0;
   }
-  BT_CHECK(st == BRAID_OK, "rank %d: bootstrap failed: %s", rank, c->last_error);
-  braid__boot *b = c->boot;
+  BT_CHECK(st == BRAID_OK, "rank %d: bootstrap failed: %s", rank, err);
   BT_CHECK(b && b->store && b->rank == rank && b->size == j->size, "boot state");
   BT_CHECK(b->local_size == j->size && b->local_rank >= 0 && b->local_rank < j->size, "derived local %d of %d",
            b->local_rank, b->local_size);
@@ -129,31 +113,48 @@ static int body_join(braid_comm *unused, int hrank, int hsize, void *arg) {
     free(val);
   }
 
-  /* A split child: same store, its own namespace. Ranks 0..k form color 0. */
-  braid_comm *child = shell(rank % 2, (j->size + 1 - rank % 2) / 2, 0x1234 + (uint64_t)(rank % 2));
-  child->call = "braid_split";
-  BT_CHECK(braid__bootstrap_split(c, child) == BRAID_OK, "split: %s", child->last_error);
-  BT_CHECK(child->boot && child->boot->store && child->boot->store != b->store, "child has its own connection");
-  BT_CHECK(strstr(child->boot->prefix, b->job_prefix) == child->boot->prefix &&
-               strcmp(child->boot->prefix, b->prefix),
-           "child prefix %s under %s", child->boot->prefix, b->job_prefix);
+  /* Failure keys: a peek sees another rank's key, and does not wait for a missing one. */
   void *val = NULL;
   size_t len = 0;
+  int next = (rank + 1) % j->size;
+  snprintf(key, sizeof key, "hello/%d", next);
+  snprintf(want, sizeof want, "from %d", next);
+  BT_CHECK(braid__boot_peek(b, key, &val, &len, 5) == 1, "peek at %s", key);
+  BT_CHECK(len == strlen(want) && !memcmp(val, want, len), "peeked value of %s", key);
+  free(val);
+  snprintf(key, sizeof key, "flag/%d", rank);
+  double t1 = braid__now();
+  BT_CHECK(braid__boot_peek(b, key, &val, &len, 5) == 0 && val == NULL && len == 0, "missing key");
+  BT_CHECK(braid__now() - t1 < 1, "a peek at a missing key took %.2f s", braid__now() - t1);
+  BT_CHECK(braid__boot_set(b, key, "down", 4) == BRAID_OK, "boot set: %s", braid__store_error(b->store));
+  BT_CHECK(braid__boot_peek(b, key, &val, &len, 5) == 1 && len == 4 && !memcmp(val, "down", 4), "own key");
+  free(val);
+
+  /* A split child: same store, its own namespace "<job prefix>c<id>/". */
+  braid__boot *child = NULL;
+  uint64_t id = 0x1234 + (uint64_t)(rank % 2);
+  BT_CHECK(braid__bootstrap_split(b, rank / 2, (j->size + 1 - rank % 2) / 2, id, &child, err, sizeof err) ==
+               BRAID_OK,
+           "split: %s", err);
+  BT_CHECK(child && child->store && child->store != b->store, "child has its own connection");
+  snprintf(want, sizeof want, "%sc%llx/", b->job_prefix, (unsigned long long)id);
+  BT_CHECK(!strcmp(child->prefix, want), "child prefix %s, expected %s", child->prefix, want);
+  BT_CHECK(child->rank == rank / 2 && child->hosting == b->hosting, "child rank %d", child->rank);
   /* The parent's keys are not visible under the child's prefix. */
-  BT_CHECK(braid__store_get(child->boot->store, "hello/0", &val, &len, braid__now()) == BRAID_ERR_TIMEOUT,
+  BT_CHECK(braid__store_get(child->store, "hello/0", &val, &len, braid__now()) == BRAID_ERR_TIMEOUT,
            "child sees parent keys");
+  BT_CHECK(braid__boot_peek(child, key, &val, &len, 5) == 0, "child peeks at the parent's %s", key);
 
   /* The world goes first; the child still reaches the store (rank 0 keeps hosting it). */
-  braid__bootstrap_free(c, 10.0);
-  shell_free(c);
+  braid__bootstrap_free(b, 10.0);
   snprintf(key, sizeof key, "after/%d", rank);
-  BT_CHECK(braid__store_set(child->boot->store, key, "x", 1) == BRAID_OK, "child store after the world: %s",
-           braid__store_error(child->boot->store));
-  BT_CHECK(braid__store_get(child->boot->store, key, &val, &len, braid__deadline(10)) == BRAID_OK, "get");
+  BT_CHECK(braid__boot_set(child, key, "x", 1) == BRAID_OK, "child store after the world: %s",
+           braid__store_error(child->store));
+  BT_CHECK(braid__store_get(child->store, key, &val, &len, braid__deadline(10)) == BRAID_OK, "get");
   free(val);
-  /* The last communicator of the job here: rank 0 waits for everyone's goodbye. */
+  /* The last boot of the job here: rank 0 waits for everyone's goodbye. */
   braid__bootstrap_free(child, 10.0);
-  shell_free(child);
+  braid__bootstrap_free(NULL, 1.0);
   return 0;
 }
 
@@ -271,46 +272,50 @@ static int test_world_of_one(void) {
   BT_CHECK(braid__listen_range("127.0.0.1", 0, 0, 0, 1, &busy, &port, err, sizeof err) == BRAID_OK, "%s", err);
   job j = {1, port, "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff", NULL, 0, "20", NULL, -1, 0,
            NULL};
-  braid_comm *c = NULL;
-  BT_CHECK(boot_rank(&j, 0, &c) == BRAID_OK, "busy store port: %s", c ? c->last_error : "detection failed");
-  braid__boot *b = c->boot;
+  braid__boot *b = NULL;
+  int detected = 0;
+  BT_CHECK(boot_rank(&j, 0, &b, err, sizeof err, &detected) == BRAID_OK, "busy store port: %s", err);
   BT_CHECK(b && !b->store && !b->shared && !b->hosting, "no store for one rank");
   BT_CHECK(b->env.store_owner == BRAID__STORE_NONE, "store owner %d", (int)b->env.store_owner);
   BT_CHECK(b->rank == 0 && b->size == 1 && b->local_rank == 0 && b->local_size == 1, "local %d of %d",
            b->local_rank, b->local_size);
+  /* No one to tell or hear from. */
+  void *val = NULL;
+  size_t len = 0;
+  BT_CHECK(braid__boot_set(b, "fail", "x", 1) == BRAID_OK, "set without a store");
+  BT_CHECK(braid__boot_peek(b, "fail", &val, &len, 1) == 0 && !val, "peek without a store");
   /* Split children and data-plane listeners work without a store. */
-  braid_comm *child = shell(0, 1, 0x77);
-  child->call = "braid_split";
-  BT_CHECK(braid__bootstrap_split(c, child) == BRAID_OK, "split: %s", child->last_error);
-  BT_CHECK(child->boot && !child->boot->store, "child without store");
+  braid__boot *child = NULL;
+  BT_CHECK(braid__bootstrap_split(b, 0, 1, 0x77, &child, err, sizeof err) == BRAID_OK, "split: %s", err);
+  BT_CHECK(child && !child->store, "child without store");
   braid__listener l;
-  BT_CHECK(braid__listen_dataplane(child->boot, 4, &l, err, sizeof err) == BRAID_OK && l.port > 0, "%s", err);
+  BT_CHECK(braid__listen_dataplane(child, 4, &l, err, sizeof err) == BRAID_OK && l.port > 0, "%s", err);
   close(l.fd);
   braid__bootstrap_free(child, 10.0);
-  shell_free(child);
-  braid__bootstrap_free(c, 10.0);
-  shell_free(c);
+  braid__bootstrap_free(b, 10.0);
   close(busy);
+  /* No parent, no child. */
+  braid__boot sentinel;
+  child = &sentinel;
+  BT_CHECK(braid__bootstrap_split(NULL, 0, 1, 1, &child, err, sizeof err) == BRAID_OK && !child, "NULL parent");
 
   /* Nothing listens where rank 0 would have hosted. */
   j.port = free_port();
   j.token_hex = NULL;
-  BT_CHECK(boot_rank(&j, 0, &c) == BRAID_OK, "free port: %s", c ? c->last_error : "detection failed");
+  BT_CHECK(boot_rank(&j, 0, &b, err, sizeof err, &detected) == BRAID_OK, "free port: %s", err);
   int fd = -1;
   char why[256];
   int r = braid__sock_connect("127.0.0.1", j.port, braid__deadline(2), &fd, why, sizeof why);
   if (r == 0) close(fd);
   BT_CHECK(r == ECONNREFUSED, "something listens on %d: %s", j.port, r ? why : "accepted");
-  braid__bootstrap_free(c, 10.0);
-  shell_free(c);
+  braid__bootstrap_free(b, 10.0);
 
   /* An external store that is not there: no 20 s of connect retries. */
   job k = {1, free_port(), NULL, "solo", 1, "20", NULL, -1, 0, NULL};
   double t0 = braid__now();
-  BT_CHECK(boot_rank(&k, 0, &c) == BRAID_OK, "absent external store: %s", c ? c->last_error : "detection failed");
+  BT_CHECK(boot_rank(&k, 0, &b, err, sizeof err, &detected) == BRAID_OK, "absent external store: %s", err);
   BT_CHECK(braid__now() - t0 < 2, "took %.2f s", braid__now() - t0);
-  braid__bootstrap_free(c, 10.0);
-  shell_free(c);
+  braid__bootstrap_free(b, 10.0);
 
   /* Through braid_init: torchrun variables naming a busy port, the shm backend, a split. */
   BT_CHECK(braid__listen_range("127.0.0.1", 0, 0, 0, 1, &busy, &port, err, sizeof err) == BRAID_OK, "%s", err);
@@ -335,6 +340,61 @@ static int test_world_of_one(void) {
   BT_CHECK_OK(braid_destroy(sub), NULL);
   BT_CHECK_OK(braid_destroy(w), NULL);
   close(busy);
+  return 0;
+}
+
+/* braid__boot_peek is bounded by its reply timeout whatever the store does:
+   stopped (SIGSTOP: the connection is up, nothing answers) or gone. */
+static int test_peek_stuck_store(void) {
+  bt_store s;
+  BT_CHECK(bt_store_start(&s) == 0, "store");
+  uint8_t tok[BRAID__TOKEN_LEN];
+  BT_CHECK(braid__token_parse(s.token_hex, tok) == 0, "token");
+  braid__boot *b = calloc(1, sizeof *b);
+  BT_CHECK(b, "calloc");
+  char err[512] = "";
+  BT_CHECK(braid__store_connect("127.0.0.1", s.port, tok, sizeof tok, braid__deadline(10), &b->store, err,
+                                sizeof err) == BRAID_OK,
+           "connect: %s", err);
+  snprintf(b->prefix, sizeof b->prefix, "peektest/");
+  BT_CHECK(braid__store_set_prefix(b->store, b->prefix) == BRAID_OK, "prefix");
+  void *val = NULL;
+  size_t len = 0;
+  BT_CHECK(braid__boot_set(b, "fail", "3 1 boom", 8) == BRAID_OK, "set: %s", braid__store_error(b->store));
+  BT_CHECK(braid__boot_peek(b, "fail", &val, &len, 5) == 1 && len == 8 && !memcmp(val, "3 1 boom", 8), "peek");
+  free(val);
+
+  /* Stuck: each peek gives up at its reply timeout. */
+  /* Wait until it has really stopped: kill() returns before the signal lands. */
+  int ws = 0;
+  BT_CHECK(kill(s.pid, SIGSTOP) == 0 && waitpid(s.pid, &ws, WUNTRACED) == s.pid && WIFSTOPPED(ws), "SIGSTOP");
+  int rc = 0;
+  double worst = 0;
+  for (int i = 0; i < 3 && !rc; i++) {
+    double t0 = braid__now();
+    rc = braid__boot_peek(b, "fail", &val, &len, 0.3) != -1;
+    double dt = braid__now() - t0;
+    if (dt > worst) worst = dt;
+  }
+  kill(s.pid, SIGCONT);
+  BT_CHECK(!rc, "a peek at a stopped store did not give -1");
+  BT_CHECK(worst < 0.3 + 0.2, "a peek at a stopped store took %.3f s (reply timeout 0.3 s)", worst);
+  /* Once the store answers again the connection still works: late replies are skipped. */
+  BT_CHECK(braid__boot_peek(b, "fail", &val, &len, 5) == 1 && len == 8 && !memcmp(val, "3 1 boom", 8),
+           "peek after the store resumed: %s", braid__store_error(b->store));
+  free(val);
+  BT_CHECK(braid__boot_peek(b, "other", &val, &len, 5) == 0, "missing key after the store resumed");
+
+  /* Gone: -1 at once, and set fails instead of waiting. */
+  bt_store_stop(&s);
+  double t0 = braid__now();
+  int got = braid__boot_peek(b, "fail", &val, &len, 2);
+  if (got == 1) free(val);
+  BT_CHECK(got == -1, "peek at a stopped store gave %d", got);
+  BT_CHECK(braid__boot_peek(b, "fail", &val, &len, 2) == -1, "peek again");
+  BT_CHECK(braid__boot_set(b, "fail", "x", 1) != BRAID_OK, "set on a vanished store");
+  BT_CHECK(braid__now() - t0 < 2.5, "took %.2f s", braid__now() - t0);
+  braid__bootstrap_free(b, 1.0);
   return 0;
 }
 
@@ -400,7 +460,8 @@ int main(int argc, char **argv) {
   static const bt_case cases[] = {
       BT_CASE(test_rank0_hosts),        BT_CASE(test_external_store),  BT_CASE(test_missing_rank_times_out),
       BT_CASE(test_two_jobs_one_store), BT_CASE(test_store_port_busy), BT_CASE(test_store_unreachable),
-      BT_CASE(test_bad_ifname_fails_at_once), BT_CASE(test_world_of_one), BT_CASE(test_default_backend),
+      BT_CASE(test_bad_ifname_fails_at_once), BT_CASE(test_world_of_one), BT_CASE(test_peek_stuck_store),
+      BT_CASE(test_default_backend),
   };
   return bt_main(argc, argv, cases, BT_COUNT(cases));
 }

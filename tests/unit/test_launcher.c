@@ -10,8 +10,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "api/api.h"
 #include "bootstrap/bootstrap.h"
-#include "core/comm.h"
 #include "harness.h"
 #include "os/time.h"
 

@@ -13,20 +13,9 @@
 #include <unistd.h>
 
 #include "braid.h"
+#include "coll_check.h"
 #include "harness.h"
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(undefined_behavior_sanitizer)
-#define SANITIZED 1
-#endif
-#endif
-#ifndef SANITIZED
-#define SANITIZED 0
-#endif
-
-static int quick(void) { return SANITIZED || getenv("BRAID_TEST_QUICK"); }
 
 static double now_s(void) {
   struct timespec ts;
@@ -73,318 +62,15 @@ static int run_env(int n, bt_body body, void *arg, const char *const *env, int e
   return rc;
 }
 
-static int run(int n, bt_body body, void *arg) { return run_env(n, body, arg, NULL, -1, quick() ? 240 : 90); }
-
-/* ---------------------------------------------------------------- values */
-
-static const braid_dtype all_dtypes[] = {BRAID_F64, BRAID_F32, BRAID_F16, BRAID_BF16, BRAID_FP8_E4M3, BRAID_FP8_E5M2,
-                                         BRAID_I64, BRAID_I32, BRAID_I16,  BRAID_I8,   BRAID_U64,      BRAID_U32,
-                                         BRAID_U16, BRAID_U8,  BRAID_BOOL, BRAID_C64,  BRAID_C128};
-
-static int is_float(braid_dtype d) { return d <= BRAID_FP8_E5M2; }
-static int is_complex(braid_dtype d) { return d == BRAID_C64 || d == BRAID_C128; }
-static int is_signed(braid_dtype d) { return d >= BRAID_I64 && d <= BRAID_I8; }
-static int is_int(braid_dtype d) { return d >= BRAID_I64 && d <= BRAID_U8; }
-
-static int op_ok(braid_dtype d, braid_op op) {
-  if (is_complex(d)) return op == BRAID_SUM || op == BRAID_PROD || op == BRAID_AVG;
-  if (is_float(d)) return op <= BRAID_AVG;
-  if (d == BRAID_BOOL) return op != BRAID_AVG;
-  return 1;
-}
-
-/* Exact small values in a binary float format (normal numbers only). */
-static uint32_t enc_small(double x, int ebits, int mbits) {
-  if (x == 0) return 0;
-  uint32_t sign = x < 0;
-  x = fabs(x);
-  int e;
-  double m = frexp(x, &e); /* x = m * 2^e, m in [0.5, 1) */
-  int bias = (1 << (ebits - 1)) - 1;
-  uint32_t be = (uint32_t)(e - 1 + bias);
-  uint32_t mant = (uint32_t)((m * 2 - 1) * (double)(1u << mbits));
-  return sign << (ebits + mbits) | be << mbits | mant;
-}
-
-static void encode(braid_dtype d, void *out, double re, double im, uint64_t bits, int use_bits) {
-  switch (d) {
-  case BRAID_F64: { double v = re; memcpy(out, &v, 8); break; }
-  case BRAID_F32: { float v = (float)re; memcpy(out, &v, 4); break; }
-  case BRAID_F16: { uint16_t v = (uint16_t)enc_small(re, 5, 10); memcpy(out, &v, 2); break; }
-  case BRAID_BF16: { uint16_t v = (uint16_t)enc_small(re, 8, 7); memcpy(out, &v, 2); break; }
-  case BRAID_FP8_E4M3: { uint8_t v = (uint8_t)enc_small(re, 4, 3); memcpy(out, &v, 1); break; }
-  case BRAID_FP8_E5M2: { uint8_t v = (uint8_t)enc_small(re, 5, 2); memcpy(out, &v, 1); break; }
-  case BRAID_C64: { float v[2] = {(float)re, (float)im}; memcpy(out, v, 8); break; }
-  case BRAID_C128: { double v[2] = {re, im}; memcpy(out, v, 16); break; }
-  default: {
-    uint64_t v = use_bits ? bits : (uint64_t)(int64_t)re;
-    memcpy(out, &v, braid_dtype_size(d)); /* little endian: the low bytes */
-    break;
-  }
-  }
-}
-
-static uint64_t mix(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
-typedef struct val {
-  double re, im;
-  uint64_t bits;
-} val;
-
-/* Input element i of rank r for (dtype, op): small integers so every order of
-   reduction is exact. */
-static val input(braid_dtype d, braid_op op, int r, size_t i) {
-  val v = {0, 0, 0};
-  int fp8 = d == BRAID_FP8_E4M3 || d == BRAID_FP8_E5M2;
-  switch (op) {
-  case BRAID_AVG: v.re = (double)((i * 7 + 3) % 4); v.im = (double)(i % 3); break;
-  case BRAID_SUM:
-    if (d == BRAID_BOOL) v.re = (double)(((size_t)r + i) % 3);
-    else v.re = fp8 ? (double)(((size_t)r + i) % 2) : (double)(((size_t)r + 2 * i) % 4);
-    v.im = (double)(((size_t)r + i) % 3);
-    break;
-  case BRAID_PROD:
-    if (d == BRAID_BOOL) v.re = (double)(((size_t)r * 2 + i) % 3);
-    else if (is_complex(d)) { v.re = 1; v.im = (double)(((size_t)r + i) % 2); }
-    else v.re = (double)(1 + ((size_t)r + i) % 2);
-    break;
-  case BRAID_MIN:
-  case BRAID_MAX:
-    if (d == BRAID_BOOL) v.re = (double)(((size_t)r + i) % 3);
-    else v.re = (double)(((size_t)r * 5 + i * 3) % 7) - ((is_signed(d) || is_float(d)) ? 3.0 : 0.0);
-    break;
-  default:
-    if (d == BRAID_BOOL) v.re = (double)(((size_t)r + i) % 2);
-    else v.bits = mix((uint64_t)r * 1000003u + i);
-    break;
-  }
-  if (d == BRAID_BOOL) v.bits = (uint64_t)v.re;
-  return v;
-}
-
-static void put_input(braid_dtype d, braid_op op, int r, size_t i, void *out) {
-  val v = input(d, op, r, i);
-  encode(d, out, v.re, v.im, v.bits, d == BRAID_BOOL || (is_int(d) && op >= BRAID_BAND));
-}
-
-static void put_expected(braid_dtype d, braid_op op, int n, size_t i, void *out) {
-  val acc = input(d, op, 0, i);
-  for (int r = 1; r < n; r++) {
-    val v = input(d, op, r, i);
-    switch (op) {
-    case BRAID_SUM: acc.re += v.re; acc.im += v.im; break;
-    case BRAID_AVG: break; /* identical inputs: the average is the input */
-    case BRAID_PROD:
-      if (is_complex(d)) {
-        double re = acc.re * v.re - acc.im * v.im, im = acc.re * v.im + acc.im * v.re;
-        acc.re = re;
-        acc.im = im;
-      } else {
-        acc.re *= v.re;
-      }
-      break;
-    case BRAID_MIN: acc.re = fmin(acc.re, v.re); break;
-    case BRAID_MAX: acc.re = fmax(acc.re, v.re); break;
-    case BRAID_BAND: acc.bits &= v.bits; break;
-    case BRAID_BOR: acc.bits |= v.bits; break;
-    default: acc.bits ^= v.bits; break;
-    }
-  }
-  if (d == BRAID_BOOL) {
-    int t;
-    if (op == BRAID_SUM || op == BRAID_MAX || op == BRAID_BOR || op == BRAID_AVG) {
-      t = 0;
-      for (int r = 0; r < n; r++) t |= input(d, op, r, i).re != 0;
-    } else if (op == BRAID_PROD || op == BRAID_MIN || op == BRAID_BAND) {
-      t = 1;
-      for (int r = 0; r < n; r++) t &= input(d, op, r, i).re != 0;
-    } else {
-      t = 0;
-      for (int r = 0; r < n; r++) t ^= input(d, op, r, i).re != 0;
-    }
-    uint8_t b = (uint8_t)t;
-    memcpy(out, &b, 1);
-    return;
-  }
-  encode(d, out, acc.re, acc.im, acc.bits, is_int(d) && op >= BRAID_BAND);
-}
-
-static uint64_t fnv(const void *p, size_t len) {
-  const unsigned char *b = p;
-  uint64_t h = 1469598103934665603ull;
-  for (size_t i = 0; i < len; i++) h = (h ^ b[i]) * 1099511628211ull;
-  return h;
-}
-
-/* ---------------------------------------------------------------- collectives */
-
-enum { C_AR, C_BC, C_AG, C_RS };
-static const char *coll_names[] = {"all_reduce", "broadcast", "all_gather", "reduce_scatter"};
-
-typedef struct ccase {
-  int coll;
-  braid_dtype dt;
-  braid_op op;
-  size_t count;
-  int inplace, mis;
-  int mem; /* buffers from braid_mem_alloc: 0 none, 1 every rank, 2 even ranks only */
-} ccase;
-
-static void *buf_alloc(int braid_mem, size_t bytes) {
-  void *p = NULL;
-  if (!braid_mem) return malloc(bytes);
-  return braid_mem_alloc(&p, bytes) == BRAID_OK ? p : NULL;
-}
-
-static void buf_free(int braid_mem, void *p) {
-  if (braid_mem) braid_mem_free(p);
-  else free(p);
-}
-
-#define GUARD 64
-
-/* One collective with checks of results, guards, send buffers and bitwise identity. */
-static int one_coll(braid_comm *c, int rank, int n, const ccase *k) {
-  size_t es = braid_dtype_size(k->dt), cnt = k->count;
-  size_t in_elems = k->coll == C_RS ? cnt * (size_t)n : cnt;
-  size_t out_elems = k->coll == C_AG ? cnt * (size_t)n : cnt;
-  size_t big = (in_elems > out_elems ? in_elems : out_elems) * es;
-  int bm = k->mem == 1 || (k->mem == 2 && rank % 2 == 0);
-  unsigned char *sraw = buf_alloc(bm, big + 2 * GUARD + 8), *rraw = buf_alloc(bm, big + 2 * GUARD + 8);
-  unsigned char *want = malloc(out_elems * es + 1), *copy = malloc(in_elems * es + 1);
-  BT_CHECK(sraw && rraw && want && copy, "out of memory");
-  unsigned char *sbuf = sraw + GUARD + k->mis, *rbuf = rraw + GUARD + k->mis;
-  memset(sraw, 0xA5, big + 2 * GUARD + 8);
-  memset(rraw, 0x5A, big + 2 * GUARD + 8);
-  int root = (int)(k->count % (size_t)n);
-  const char *name = coll_names[k->coll];
-  braid_status st = BRAID_OK;
-  void *send = sbuf, *recv = rbuf;
-  size_t out_off = 0; /* where the output starts inside recv (in place) */
-  switch (k->coll) {
-  case C_AR:
-  case C_BC:
-    for (size_t i = 0; i < cnt; i++) {
-      if (k->coll == C_AR) put_input(k->dt, k->op, rank, i, rbuf + i * es);
-      else if (rank == root) put_input(k->dt, BRAID_SUM, 7, i, rbuf + i * es);
-    }
-    for (size_t i = 0; i < cnt; i++) {
-      if (k->coll == C_AR) put_expected(k->dt, k->op, n, i, want + i * es);
-      else put_input(k->dt, BRAID_SUM, 7, i, want + i * es);
-    }
-    st = k->coll == C_AR ? braid_all_reduce(c, rbuf, cnt, k->dt, k->op) : braid_broadcast(c, rbuf, cnt, k->dt, root);
-    break;
-  case C_AG:
-    if (k->inplace) send = rbuf + (size_t)rank * cnt * es;
-    for (size_t i = 0; i < cnt; i++) put_input(k->dt, BRAID_SUM, rank, i, (unsigned char *)send + i * es);
-    memcpy(copy, send, cnt * es);
-    for (int q = 0; q < n; q++)
-      for (size_t i = 0; i < cnt; i++) put_input(k->dt, BRAID_SUM, q, i, want + ((size_t)q * cnt + i) * es);
-    st = braid_all_gather(c, send, rbuf, cnt, k->dt);
-    break;
-  case C_RS:
-    for (int q = 0; q < n; q++)
-      for (size_t i = 0; i < cnt; i++)
-        put_input(k->dt, k->op, rank, (size_t)q * cnt + i, sbuf + ((size_t)q * cnt + i) * es);
-    memcpy(copy, sbuf, in_elems * es);
-    for (size_t i = 0; i < cnt; i++) put_expected(k->dt, k->op, n, (size_t)rank * cnt + i, want + i * es);
-    if (k->inplace) {
-      recv = sbuf + (size_t)rank * cnt * es;
-      out_off = 0;
-    }
-    st = braid_reduce_scatter(c, sbuf, recv, cnt, k->dt, k->op);
-    break;
-  }
-  BT_CHECK(st == BRAID_OK, "%s %s %s count %zu: %s: %s", name, braid_dtype_name(k->dt), braid_op_name(k->op), cnt,
-           braid_status_string(st), braid_last_error(c));
-  BT_CHECK_OK(braid_sync(c), c);
-  unsigned char *out = (unsigned char *)recv + out_off;
-  for (size_t i = 0; i < out_elems; i++)
-    if (memcmp(out + i * es, want + i * es, es)) {
-      unsigned long long g = 0, w = 0;
-      memcpy(&g, out + i * es, es < 8 ? es : 8);
-      memcpy(&w, want + i * es, es < 8 ? es : 8);
-      BT_CHECK(0, "%s %s %s count %zu n %d inplace %d: element %zu is 0x%llx, expected 0x%llx", name,
-               braid_dtype_name(k->dt), braid_op_name(k->op), cnt, n, k->inplace, i, g, w);
-    }
-  /* Guards around the output and untouched out-of-place inputs. */
-  if (!(k->coll == C_RS && k->inplace)) {
-    unsigned char *base = rraw, *o = rbuf;
-    size_t olen = out_elems * es;
-    for (unsigned char *p = base; p < o; p++) BT_CHECK(*p == 0x5A, "%s: byte before the output written", name);
-    for (unsigned char *p = o + olen; p < rraw + big + 2 * GUARD + 8; p++)
-      BT_CHECK(*p == 0x5A, "%s: byte after the output written (%td past the end)", name, p - (o + olen));
-  }
-  if (k->coll == C_RS && !k->inplace) BT_CHECK(!memcmp(sbuf, copy, in_elems * es), "reduce_scatter wrote its send buffer");
-  if (k->coll == C_AG && !k->inplace) BT_CHECK(!memcmp(sbuf, copy, cnt * es), "all_gather wrote its send buffer");
-  /* Every rank holds the same bits. */
-  if ((k->coll == C_AR || k->coll == C_BC) && n > 1) {
-    uint64_t h = fnv(out, out_elems * es), hs[16];
-    BT_CHECK_OK(braid_all_gather(c, &h, hs, 1, BRAID_U64), c);
-    for (int q = 0; q < n; q++) BT_CHECK(hs[q] == h, "%s: rank %d's result differs from rank %d's", name, q, rank);
-  }
-  buf_free(bm, sraw);
-  buf_free(bm, rraw);
-  free(want);
-  free(copy);
-  return 0;
-}
-
-typedef struct matrix {
-  const size_t *counts;
-  int ncounts;
-  int full; /* every dtype x op; else a few */
-  int mem;  /* ccase.mem */
-} matrix;
-
-static int body_matrix(braid_comm *c, int rank, int n, void *arg) {
-  const matrix *m = arg;
-  /* Large counts: a few (dtype, op) pairs that cover wide, narrow (f32
-     accumulation) and integer kernels. */
-  static const struct {
-    braid_dtype d;
-    braid_op op;
-  } few[] = {{BRAID_F32, BRAID_SUM}, {BRAID_BF16, BRAID_AVG}, {BRAID_I32, BRAID_BXOR}, {BRAID_U8, BRAID_MAX}};
-  for (int ci = 0; ci < m->ncounts; ci++) {
-    if (m->full) {
-      for (int di = 0; di < (int)BT_COUNT(all_dtypes); di++)
-        for (int op = BRAID_SUM; op <= BRAID_BXOR; op++) {
-          braid_dtype d = all_dtypes[di];
-          if (!op_ok(d, (braid_op)op)) continue;
-          for (int coll = C_AR; coll <= C_RS; coll++) {
-            if ((coll == C_BC || coll == C_AG) && op != BRAID_SUM) continue;
-            for (int ip = 0; ip < 2; ip++) {
-              if (ip && coll == C_BC) continue;
-              ccase k = {coll, d, (braid_op)op, m->counts[ci], ip, (ci + di + op) % 8, m->mem};
-              if (one_coll(c, rank, n, &k)) return 1;
-            }
-          }
-        }
-      continue;
-    }
-    for (int fi = 0; fi < (int)BT_COUNT(few); fi++)
-      for (int coll = C_AR; coll <= C_RS; coll++) {
-        if ((coll == C_BC || coll == C_AG) && fi > 1) continue;
-        ccase k = {coll, few[fi].d, coll == C_BC || coll == C_AG ? BRAID_SUM : few[fi].op, m->counts[ci],
-                   (fi + coll) % 2, (fi * 3 + coll) % 8, m->mem};
-        if (one_coll(c, rank, n, &k)) return 1;
-      }
-  }
-  return 0;
-}
+static int run(int n, bt_body body, void *arg) { return run_env(n, body, arg, NULL, -1, bt_quick() ? 240 : 90); }
 
 static int test_coll_small(void) {
   static const size_t counts[] = {0, 1, 7, 1000};
   matrix m = {counts, 4, 1, 0};
   static const int sizes[] = {1, 2, 3, 4, 5, 8};
   for (size_t i = 0; i < BT_COUNT(sizes); i++) {
-    if (quick() && sizes[i] == 5) continue;
-    if (run(sizes[i], body_matrix, &m)) return 1;
+    if (bt_quick() && sizes[i] == 5) continue;
+    if (run(sizes[i], bt_coll_matrix_body, &m)) return 1;
   }
   return 0;
 }
@@ -393,23 +79,23 @@ static int test_coll_small(void) {
 static int test_coll_large(void) {
   static const size_t counts[] = {5000, 70001, 1000003};
   static const size_t qcounts[] = {5000, 70001, 200003};
-  matrix m = {quick() ? qcounts : counts, 3, 0, 0};
+  matrix m = {bt_quick() ? qcounts : counts, 3, 0, 0};
   static const int sizes[] = {2, 3, 4};
   /* Staging rounds, then single copy from 64 KiB up. */
   static const char *const env[] = {"BRAID_SHM_CMA_MIN=64K", NULL};
   for (size_t i = 0; i < BT_COUNT(sizes); i++)
-    if (run(sizes[i], body_matrix, &m) || run_env(sizes[i], body_matrix, &m, env, -1, 240)) return 1;
+    if (run(sizes[i], bt_coll_matrix_body, &m) || run_env(sizes[i], bt_coll_matrix_body, &m, env, -1, 240)) return 1;
   return 0;
 }
 
 static int test_coll_large_nocma(void) {
   static const size_t counts[] = {1000003};
   static const size_t qcounts[] = {200003};
-  matrix m = {quick() ? qcounts : counts, 1, 0, 0};
+  matrix m = {bt_quick() ? qcounts : counts, 1, 0, 0};
   /* A small staging buffer forces many pipelined rounds. */
   static const char *const env[] = {"BRAID_SHM_CMA=0", "BRAID_SHM_BUFFER=96K", NULL};
-  if (run_env(3, body_matrix, &m, env, -1, 240)) return 1;
-  if (!quick() && run_env(2, body_matrix, &m, env, -1, 240)) return 1;
+  if (run_env(3, bt_coll_matrix_body, &m, env, -1, 240)) return 1;
+  if (!bt_quick() && run_env(2, bt_coll_matrix_body, &m, env, -1, 240)) return 1;
   return 0;
 }
 
@@ -431,7 +117,7 @@ static int body_zc(braid_comm *c, int rank, int n, void *arg) {
           if (ip && coll == C_BC) continue;
           braid_op op = coll == C_BC || coll == C_AG ? BRAID_SUM : few[fi].op;
           ccase k = {coll, few[fi].d, op, m->counts[ci], ip, (ci + fi + coll) % 8, m->mem};
-          if (one_coll(c, rank, n, &k)) return 1;
+          if (bt_coll_one(c, rank, n, &k)) return 1;
         }
   return 0;
 }
@@ -443,7 +129,7 @@ static int test_zc_coll(void) {
   static const char *const off[] = {"BRAID_SHM_ZEROCOPY=0", NULL};
   static const int sizes[] = {2, 3, 4};
   for (int mem = 1; mem <= 2; mem++) {
-    matrix m = {quick() ? qcounts : counts, 3, 0, mem};
+    matrix m = {bt_quick() ? qcounts : counts, 3, 0, mem};
     for (size_t i = 0; i < BT_COUNT(sizes); i++)
       if (run(sizes[i], body_zc, &m)) return 1;
     /* Single-copy paths that read braid memory in place. */
@@ -511,7 +197,7 @@ static int body_zc_p2p(braid_comm *c, int rank, int n, void *arg) {
         size_t bytes = sizes[si];
         int sm = who & 1, rm = (who >> 1) & 1;
         /* Offsets inside the allocations: in-place reads must honour them. */
-        unsigned char *sraw = buf_alloc(sm, bytes + 64), *rraw = buf_alloc(rm, bytes + 64);
+        unsigned char *sraw = bt_buf_alloc(sm, bytes + 64), *rraw = bt_buf_alloc(rm, bytes + 64);
         BT_CHECK(sraw && rraw, "oom");
         unsigned char *sb = sraw + 3, *rb = rraw + 5;
         for (size_t i = 0; i < bytes; i++) sb[i] = (unsigned char)(rank * 13 + i * 7 + who);
@@ -532,8 +218,8 @@ static int body_zc_p2p(braid_comm *c, int rank, int n, void *arg) {
           BT_CHECK(rb[i] == (unsigned char)(left * 13 + i * 7 + who), "who %d size %zu late %d: byte %zu wrong", who,
                    bytes, late, i);
         BT_CHECK_OK(braid_barrier(c), c);
-        buf_free(sm, sraw);
-        buf_free(rm, rraw);
+        bt_buf_free(sm, sraw);
+        bt_buf_free(rm, rraw);
       }
   return 0;
 }
@@ -751,7 +437,7 @@ static int body_ring(braid_comm *c, int rank, int n, void *arg) {
 }
 
 static int test_p2p_ring(void) {
-  size_t small = 1, big = quick() ? (8u << 20) : (64u << 20);
+  size_t small = 1, big = bt_quick() ? (8u << 20) : (64u << 20);
   if (run(2, body_ring, &small) || run(4, body_ring, &small) || run(2, body_ring, &big) || run(3, body_ring, &big))
     return 1;
   /* Streaming through the ring: the way without single copy. */
@@ -983,7 +669,7 @@ typedef struct kill_case {
 static int body_kill(braid_comm *c, int rank, int n, void *arg) {
   const kill_case *k = arg;
   size_t cnt = 1 << 18;
-  float *buf = buf_alloc(k->mem, cnt * 4);
+  float *buf = bt_buf_alloc(k->mem, cnt * 4);
   BT_CHECK(buf != NULL, "oom");
   memset(buf, 0, cnt * 4);
   for (int it = 0;; it++) {
@@ -1025,7 +711,7 @@ static int body_kill(braid_comm *c, int rank, int n, void *arg) {
     BT_CHECK_ST(braid_barrier(c), BRAID_ERR_PEER_LOST, c);
     break;
   }
-  buf_free(k->mem, buf);
+  bt_buf_free(k->mem, buf);
   return 0;
 }
 
@@ -1233,7 +919,7 @@ static int body_mix(braid_comm *c, int rank, int n, void *arg) {
 }
 
 static int test_mix(void) {
-  int it = quick() ? 150 : 400;
+  int it = bt_quick() ? 150 : 400;
   static const char *const small[] = {"BRAID_SHM_BUFFER=64K", NULL};
   /* Small calls move through staging (rotate in shm.c) and wrap around it
      often in 1 MiB, between calls of every other size. */

@@ -20,9 +20,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "api/api.h"
 #include "bootstrap/env.h"
 #include "bootstrap/store.h"
-#include "core/comm.h"
 #include "core/params.h"
 #include "os/time.h"
 
@@ -31,7 +31,8 @@ extern char **environ;
 #define LINE_MAX_BYTES 65536 /* longer output lines are split */
 #define POLL_MS 100          /* also how often other nodes' news is checked */
 
-/* Help, in two parts around the line naming the backends built here. */
+/* Help, in parts around the lines that print this build's values: the backends
+   built here and the BRAID_INIT_TIMEOUT default of the parameter list. */
 static const char usage_head[] =
     "Usage: braidrun -n N [options] [--] PROGRAM [ARGS...]\n"
     "\n"
@@ -69,9 +70,8 @@ static const char usage_text[] =
     "Everything else in braidrun's environment is passed on unchanged.\n"
     "\n"
     "Variables braidrun reads:\n"
-    "  BRAID_TOKEN           with --master: the job token shared by every node\n"
-    "  BRAID_INIT_TIMEOUT    with --nnodes: seconds a node waits to join node 0's\n"
-    "                        store (default 60, 0 waits forever)\n"
+    "  BRAID_TOKEN           with --master: the job token shared by every node\n";
+static const char usage_tail[] =
     "\n"
     "Supervision:\n"
     "  When a rank exits with a non-zero code or is killed by a signal, braidrun\n"
@@ -184,19 +184,14 @@ static const char *sig_name(int sig) {
 /* ---------------------------------------------------------------- options */
 
 static double parse_secs(const char *opt, const char *v) {
-  char *end = NULL;
-  errno = 0;
-  double x = strtod(v, &end);
-  if (errno || end == v || *end || !isfinite(x) || x < 0) die_usage("%s \"%s\" is not a number of seconds", opt, v);
+  double x = 0;
+  if (braid__parse_seconds(v, &x)) die_usage("%s \"%s\" is not a number of seconds", opt, v);
   return x;
 }
 
 static int parse_int_opt(const char *opt, const char *v, int lo, int hi) {
-  char *end = NULL;
-  errno = 0;
-  long x = strtol(v, &end, 10);
-  if (errno || end == v || *end || x < lo || x > hi)
-    die_usage("%s \"%s\" is not an integer in [%d, %d]", opt, v, lo, hi);
+  long x = 0;
+  if (braid__parse_long(v, lo, hi, &x)) die_usage("%s \"%s\" is not an integer in [%d, %d]", opt, v, lo, hi);
   return (int)x;
 }
 
@@ -223,6 +218,10 @@ static void parse_opts(int argc, char **argv, opts *o) {
       printf("  --backend NAME        set BRAID_BACKEND=NAME for every rank (built here: %s)\n",
              braid__backend_names());
       fputs(usage_text, stdout);
+      printf("  BRAID_INIT_TIMEOUT    with --nnodes: seconds a node waits to join node 0's\n"
+             "                        store (default %s, 0 waits forever)\n",
+             braid__param_default(BRAID_P_INIT_TIMEOUT));
+      fputs(usage_tail, stdout);
       exit(0);
     case 'n': o->nproc = parse_int_opt("-n", optarg, 1, 1 << 16); break;
     case O_BACKEND: o->backend = optarg; break;
@@ -565,8 +564,8 @@ int main(int argc, char **argv) {
     if (read_token_file(o.token_file, tok)) return 1;
     have_token = 1;
   } else if (o.master) {
-    const char *t = getenv("BRAID_TOKEN");
-    if (t && *t) {
+    const char *t = braid__param_str(BRAID_P_TOKEN);
+    if (t) {
       if (braid__parse_token_hex(t, tok)) {
         msg("BRAID_TOKEN is not 64 hex digits");
         return 1;
@@ -620,10 +619,9 @@ int main(int argc, char **argv) {
   control cc = {NULL, o.nnodes, o.node_rank, 0, 0};
   char store_addr[BRAID__ENV_HOST_MAX + 16];
   char job_id[64];
-  double init_timeout = 60.0;
-  const char *it = getenv("BRAID_INIT_TIMEOUT");
-  if (it && *it && braid__parse_seconds(it, &init_timeout)) {
-    msg("BRAID_INIT_TIMEOUT=\"%s\" is not a non-negative number of seconds", it);
+  double init_timeout = 0;
+  if (braid__param_seconds(BRAID_P_INIT_TIMEOUT, &init_timeout, err, sizeof err)) {
+    msg("%s", err);
     return 1;
   }
 

@@ -1,7 +1,9 @@
 /* Backend "shm": ranks of one host communicating through a shared-memory
    segment per communicator, with single-copy (CMA) transfers for large data.
-   Internal layout shared by shm.c (segment, waiting, collectives) and
-   shm_p2p.c (tagged send/recv). */
+   Internal layout shared by shm_seg.c (segment, init, split, destroy),
+   shm_wait.c (sleeping, liveness, failures, the call-check log), shm_coll.c
+   (collectives), shm_p2p.c (requests over per-pair rings) and shm_zc.c
+   (zero copy from braid memory). */
 #ifndef BRAID_SHM_H
 #define BRAID_SHM_H
 
@@ -14,6 +16,7 @@
 #include "core/comm.h"
 #include "core/mem.h"
 #include "core/reduce.h"
+#include "core/wait.h"
 
 #define SHM_CL 64
 #define SHM_SLOT_BYTES (16u << 10)             /* per rank, two of them (collective parity) */
@@ -25,9 +28,16 @@
 #define SHM_ROTATE_REGION ((size_t)2 << 20) /* ... through this much of their region */
 #define SHM_NT_MIN ((size_t)16 << 20)          /* transfers from this size copy out with streaming stores */
 #define SHM_BRING 64u                          /* entries of the small-broadcast ring */
+#define SHM_DLOG 128u                          /* collectives remembered per rank for the call check */
+#define SHM_FAIL_TEXT 448
 
-/* Failure kinds published in the segment so every rank stops waiting. */
-enum { SHM_FAIL_DIED = 1, SHM_FAIL_ABORTED = 2, SHM_FAIL_FAILED = 3 };
+/* The failure a rank published for every other (see shm_publish_failure). */
+typedef struct shm_fail {
+  _Alignas(SHM_CL) _Atomic uint32_t claim; /* the first publisher takes it */
+  _Atomic uint32_t ready;                  /* status, origin and text are written */
+  int32_t status, origin;
+  char text[SHM_FAIL_TEXT];
+} shm_fail;
 
 typedef struct shm_hdr {
   _Atomic uint64_t magic; /* written last by the creator */
@@ -38,7 +48,8 @@ typedef struct shm_hdr {
   uint64_t off_ctl, off_slots, off_bring, off_staging, off_rings;
   _Alignas(SHM_CL) _Atomic uint32_t attached;
   _Atomic uint32_t unlinked;
-  _Alignas(SHM_CL) _Atomic uint64_t fail; /* kind << 48 | origin << 24 | peer */
+  _Alignas(SHM_CL) _Atomic uint64_t bclaim; /* sequence number of the last streamed broadcast a root claimed */
+  shm_fail fail;
 } shm_hdr;
 
 /* Where a rank's buffer for one operation lies in its braid_mem_alloc memory,
@@ -60,14 +71,23 @@ typedef struct shm_zmap {
 #define SHM_ZMAP_CAP 8 /* mappings kept per peer */
 #define SHM_ZKEY_BCAST (1ull << 63) /* broadcast keys count streamed chunks, others phase values */
 
-/* One per rank: the phase flag (with the addresses it publishes), the sleep
-   doorbell, rarely written identity, and the braid-memory announcement, each
-   in its own cache line. */
+/* One entry of a rank's log of the collectives it entered: peers read it
+   only when a wait goes slow (seqlock: seq is 0 while the entry changes). */
+typedef struct shm_dlog {
+  _Atomic uint64_t seq;
+  braid__desc desc;
+  uint64_t pad;
+} shm_dlog;
+
+/* One per rank: the phase flag (with the addresses and call digest it
+   publishes), the sleep doorbell, rarely written identity, the braid-memory
+   announcement and the call log, each in its own cache lines. */
 typedef struct shm_ctl {
   _Alignas(SHM_CL) _Atomic uint64_t flag;
   _Atomic uint64_t bcast_done;  /* small broadcasts this rank has finished */
   _Atomic uint64_t stream_done; /* chunks of streamed broadcasts this rank has written (root) or copied out */
   uint64_t addr;                /* this rank's buffer, for peers' single copy */
+  _Atomic uint32_t dhash;       /* digest of the collective its phase posts belong to */
   _Alignas(SHM_CL) _Atomic uint32_t futex;
   _Atomic uint32_t sleeping;
   _Alignas(SHM_CL) int32_t pid;
@@ -78,6 +98,7 @@ typedef struct shm_ctl {
   int32_t probe_fd;        /* this process's braid-memory probe (see braid__mem_probe_fd) */
   uint64_t probe_addr;
   shm_zref zref;           /* this rank's braid-memory buffer of the current operation */
+  _Alignas(SHM_CL) shm_dlog dlog[SHM_DLOG];
 } shm_ctl;
 
 /* Records carry their own sequence stamp, so a receiver polls the next slot
@@ -96,9 +117,26 @@ typedef struct shm_cursor {
   uint64_t tail;      /* next read position in the ring from the peer */
 } shm_cursor;
 
-typedef struct shm_sendop shm_sendop;
-typedef struct shm_recvop shm_recvop;
-typedef struct shm_umsg shm_umsg;
+/* A request: the core's part first, then the rings' bookkeeping. */
+typedef struct shm_req {
+  braid__req base;
+  struct shm_req *snext; /* sends list or the active receives */
+  uint64_t id;           /* send: message id; receive: the id of the sender's message it pulls or streams */
+  uint64_t addr;         /* receive by pull: the sender's buffer address */
+  braid__mem_ref zref;   /* receive by pull from braid memory: the allocation */
+  int state, zc;
+  size_t sent, got;
+} shm_req;
+
+/* An unexpected message: its eager payload, or where to fetch it. */
+typedef struct shm_umsg {
+  braid__umsg base;
+  braid__mem_ref zref;
+  int rndv, zc;
+  uint64_t id, addr;
+  char *data;
+} shm_umsg;
+
 typedef struct shm_ctrl shm_ctrl;
 
 typedef struct shm_state {
@@ -110,6 +148,8 @@ typedef struct shm_state {
   int oversub;         /* more ranks than online CPUs */
   int light_wake;      /* all ranks registered for membarrier (see shm_wake_fence) */
   int zc;              /* all ranks can map each other's braid_mem_alloc memory */
+  uint32_t fval;       /* this rank's doorbell value when it armed a sleep */
+  int left_grace;      /* peer + 1 whose departure a wait has noticed once (see shm_check_peers) */
   shm_zmap *zmaps;     /* SHM_ZMAP_CAP per peer */
   uint64_t *zepoch;    /* per peer: its braid_mem_free count when last seen */
   uint64_t zclock;     /* use counter for evicting mappings */
@@ -123,27 +163,15 @@ typedef struct shm_state {
   uint64_t sseq;       /* chunks of streamed broadcasts run (staging slot) */
   uint64_t round;      /* staging rounds run (staging-half parity) */
   uint64_t agseq;      /* staged all-gathers run (see rotate) */
-  unsigned spin_limit;
-  double yield_s;
   char *tmp;           /* CMA landing buffers, n-1 of tmp_each bytes */
   size_t tmp_each;
   /* point to point */
-  shm_sendop *sends, **sends_tail;
-  shm_recvop *recvs, **recvs_tail;
-  shm_umsg *umsgs, **umsgs_tail;
-  shm_ctrl **ctrl_q;   /* per destination: control records waiting for ring space */
-  shm_cursor *cur;     /* per peer */
+  shm_req *sends, **sends_tail; /* queued, waiting for an acknowledgement, or streaming */
+  shm_req *active;              /* matched receives that pull or stream their message */
+  int npulls;                   /* of those, receives waiting to pull by single copy */
+  shm_ctrl **ctrl_q;            /* per destination: control records waiting for ring space */
+  shm_cursor *cur;              /* per peer */
   uint64_t next_id;
-  int npending;        /* unfinished sends + receives */
-  int npulls;          /* receives waiting to pull their message by single copy */
-  uint64_t moved;      /* records written to or taken from the rings */
-  int in_progress;
-  braid_status deferred;
-  char deferred_msg[320];
-  shm_recvop *just_posted;   /* the receive the running braid_recv posted */
-  char posted_mismatch[320]; /* its shape mismatch, found during that call */
-  braid_comm *comm;          /* for progress on behalf of other communicators */
-  struct shm_state *next_live; /* this process's shm communicators (see shm_progress_others) */
 } shm_state;
 
 static inline shm_ctl *shm_ctl_of(shm_state *s, int r) {
@@ -171,33 +199,58 @@ static inline void shm_copy_out(void *dst, const void *src, size_t len, size_t t
   else memcpy(dst, src, len);
 }
 
-/* Waiting: spin with pause, then yield, then sleep on this rank's futex. */
-typedef struct shm_wait {
-  unsigned spins;
-  int armed;
-  int left_seen; /* the awaited peer has destroyed its communicator; one more look */
-  uint32_t fval;
-  double start, deadline, next_live;
-} shm_wait;
+/* Waits, inside a function with braid_comm *c in scope, until cond holds;
+   the core's engine spins, runs the checks, and sleeps through the hooks
+   below. Returns the failure from the enclosing function. */
+#define SHM_WAIT_UNTIL(cond, peer, what)                              \
+  do {                                                                \
+    if (!(cond)) {                                                    \
+      braid__waiter w_;                                               \
+      braid__wait_begin(&w_);                                         \
+      while (!(cond)) {                                               \
+        braid_status st_ = braid__wait_poll(c, &w_, (peer), (what));  \
+        if (st_) return st_;                                          \
+      }                                                               \
+      braid__wait_end(c, &w_);                                        \
+    }                                                                 \
+  } while (0)
 
-void shm_wait_begin(shm_wait *w);
-/* One step of a wait for peer; what describes the awaited thing in error
-   messages (NULL: the oldest pending point-to-point operation). */
-braid_status shm_wait_step(braid_comm *c, shm_state *s, shm_wait *w, int peer, const char *what);
-void shm_wait_end(shm_state *s, shm_wait *w);
-/* Moves point-to-point work of this process's other shm communicators
-   whose locks are free (a sender waiting in one communicator may owe data
-   to a receiver in another); returns how many still have work pending. */
-int shm_progress_others(shm_state *s);
+/* shm_wait.c: the waiting hooks of the transport contract. */
+int shm_arm(braid_comm *c);
+void shm_sleep(braid_comm *c, double slice_s);
+void shm_disarm(braid_comm *c);
+braid_status shm_check_peers(braid_comm *c, int peer, const char *what);
+int shm_remote_failure(braid_comm *c, braid_status *st, int *origin, char *text, size_t len);
+void shm_publish_failure(braid_comm *c, braid_status st, const char *text);
+int shm_peer_desc(braid_comm *c, int peer, uint64_t seq, braid__desc *out);
+/* Logs the collective this rank enters (c->seq, c->desc) for peers' checks. */
+void shm_dlog_enter(braid_comm *c, shm_state *s);
+/* Publishes a failure in the segment (first publisher wins) and wakes every rank. */
+void shm_fail_publish(shm_state *s, braid_status st, int origin, const char *text);
 /* After publishing something: wakes every peer that announced it sleeps. */
 void shm_wake_peers(shm_state *s);
 void shm_wake_one(shm_state *s, int q);
+void shm_wake_all_hard(shm_state *s);
+/* 1 when rank q's process has exited (a zombie counts as exited). */
+int shm_peer_dead(shm_state *s, int q);
+/* Registers this process, once, for expedited membarrier; 1 if it worked. */
+int shm_membarrier_register(void);
 
 /* Single-copy transfers; fail with PEER_LOST when the peer is gone. */
 braid_status shm_cma_read(braid_comm *c, shm_state *s, int q, void *local, uint64_t remote, size_t len);
+braid_status shm_cma_write(braid_comm *c, shm_state *s, int q, uint64_t remote, const void *local, size_t len);
 
-/* Publishes a failure in the segment and wakes every rank (SHM_FAIL_*). */
-void shm_publish_fail(shm_state *s, int kind, int origin, int peer);
+/* shm_coll.c: the native collectives (the descriptor check included). */
+void shm_coll_start(braid_comm *c);
+braid_status shm_barrier(braid_comm *c);
+braid_status shm_all_reduce(braid_comm *c, void *buf, size_t count, braid_dtype dt, braid_op op);
+braid_status shm_broadcast(braid_comm *c, void *buf, size_t count, braid_dtype dt, int root);
+braid_status shm_all_gather(braid_comm *c, const void *send, void *recv, size_t count, braid_dtype dt);
+braid_status shm_reduce_scatter(braid_comm *c, const void *send, void *recv, size_t count, braid_dtype dt,
+                                braid_op op);
+/* The phase flag: post() advances this rank's, wait_all() waits for every peer's. */
+void shm_post(shm_state *s);
+braid_status shm_wait_all(braid_comm *c, shm_state *s, uint64_t v, const char *what);
 
 /* shm_zc.c: zero copy from braid_mem_alloc memory. */
 /* Tells peers, for the operation key, where [buf, buf + len) lies in this
@@ -216,15 +269,13 @@ braid_status shm_zc_map(braid_comm *c, shm_state *s, int q, const braid__mem_ref
 int shm_zc_probe(shm_state *s, int q);
 void shm_zc_free(shm_state *s);
 
-/* shm_p2p.c */
-braid_status shm_p2p_send(braid_comm *c, const void *buf, size_t count, braid_dtype dt, int dest, uint32_t tag);
-braid_status shm_p2p_recv(braid_comm *c, void *buf, size_t count, braid_dtype dt, int src, uint32_t tag);
-braid_status shm_p2p_sync(braid_comm *c, double timeout_s, int quiet);
-/* Describes the oldest pending operation, for error messages. */
-void shm_p2p_describe(shm_state *s, char *out, size_t len);
-/* Moves whatever can move without waiting; only fatal errors are returned,
-   others are kept for the next sync. */
-braid_status shm_p2p_progress(braid_comm *c, shm_state *s);
+/* shm_p2p.c: requests over the per-pair rings (the transport contract). */
+braid_status shm_isend(braid_comm *c, braid__req *r);
+braid_status shm_irecv(braid_comm *c, braid__req *r);
+braid_status shm_progress(braid_comm *c);
+braid_status shm_take(braid_comm *c, braid__req *r, braid__umsg *u);
+void shm_release_umsg(braid_comm *c, braid__umsg *u);
+/* Drops every request and control record the rings' bookkeeping holds. */
 void shm_p2p_free(braid_comm *c, shm_state *s);
 
 #endif

@@ -1,72 +1,36 @@
-/* Tagged point-to-point for the shm backend. Every ordered pair of ranks has a
-   single-producer single-consumer ring in the segment. Small messages are
+/* Point-to-point requests of the shm backend. Every ordered pair of ranks has
+   a single-producer single-consumer ring in the segment. Small messages are
    copied into it at once (eager); large ones post a descriptor (address and
    length in the sender's memory) that the receiver pulls with one
    process_vm_readv (or one memcpy from its mapping of the sender's braid
    memory) and acknowledges, or, without single copy, answers with a
    clear-to-send after which the sender streams fragments through the ring.
-   Progress happens in send/recv/sync and in every collective wait, so a
-   symmetric exchange never deadlocks. */
+   Matching is the core's (core/match.h); this file moves records. */
 #include <errno.h>
-#include <sched.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backends/shm/shm.h"
-#include "core/reduce.h"
-#include "os/time.h"
 
 enum { REC_PAD = 1, REC_EAGER, REC_RTS, REC_ACK, REC_CTS, REC_DATA };
 enum { REC_F_ZC = 1 }; /* RTS: the payload is the braid__mem_ref of the sender's buffer */
 enum { S_QUEUED, S_WAIT, S_STREAM };
-enum { R_POSTED, R_STREAM, R_PULL };
+enum { R_STREAM = 1, R_PULL };
 
 typedef struct shm_rec {
-  uint32_t kind, tag;
-  uint64_t len; /* payload bytes that follow the 64-byte header */
+  uint8_t kind, flags, dt, pad;
+  uint32_t len;       /* payload bytes that follow the 64-byte header */
+  uint64_t tag;
   uint64_t id;
   uint64_t count;
-  uint32_t dt, flags; /* REC_F_* */
-  uint64_t addr;  /* RTS: sender's address; DATA: offset in the message */
-  uint64_t total; /* RTS: message bytes */
-  uint64_t seq;   /* ring position + 1, stored last (see stamp_of) */
+  uint64_t addr;      /* RTS: sender's address; DATA: offset in the message */
+  braid__desc desc;   /* the sender's collective (internal traffic) */
+  uint64_t seq;       /* ring position + 1, stored last (see stamp_of) */
 } shm_rec;
 _Static_assert(sizeof(shm_rec) == 64, "record header is one cache line");
 #define REC_BODY offsetof(shm_rec, seq)
-
-struct shm_sendop {
-  shm_sendop *next;
-  uint64_t id;
-  int dest, state;
-  uint32_t tag;
-  braid_dtype dt;
-  size_t count, bytes, sent;
-  const char *buf;
-};
-
-struct shm_recvop {
-  shm_recvop *next;
-  uint64_t id, addr; /* R_STREAM, R_PULL: the sender's message; R_PULL: its address */
-  braid__mem_ref zref; /* R_PULL with zc: the braid memory that holds it */
-  int src, state, zc;
-  uint32_t tag;
-  braid_dtype dt;
-  size_t count, bytes, got;
-  char *buf;
-};
-
-struct shm_umsg {
-  shm_umsg *next;
-  braid__mem_ref zref;
-  int src, rndv, zc;
-  uint32_t tag;
-  braid_dtype dt;
-  size_t count, bytes;
-  uint64_t id, addr;
-  char *data;
-};
 
 struct shm_ctrl {
   shm_ctrl *next;
@@ -75,10 +39,9 @@ struct shm_ctrl {
 
 static size_t rup64(size_t x) { return (x + 63) & ~(size_t)63; }
 
-static void defer(shm_state *s, braid_status st, const char *msg) {
-  if (s->deferred) return;
-  s->deferred = st;
-  snprintf(s->deferred_msg, sizeof s->deferred_msg, "%s", msg);
+static braid__msg_hdr rec_hdr(const shm_rec *h) {
+  braid__msg_hdr m = {h->tag, h->count, h->dt, 0, h->desc};
+  return m;
 }
 
 /* ---------------------------------------------------------------- rings */
@@ -103,7 +66,7 @@ static uint64_t ring_write(shm_ring *r, uint64_t head, const shm_rec *h, const v
   return head + span;
 }
 
-static int ring_put(shm_state *s, int dst, const shm_rec *h, const void *payload, size_t len) {
+static int ring_put(braid_comm *c, shm_state *s, int dst, const shm_rec *h, const void *payload, size_t len) {
   shm_ring *r = shm_ring_of(s, s->me, dst);
   shm_cursor *k = &s->cur[dst];
   uint64_t head = k->head;
@@ -116,35 +79,25 @@ static int ring_put(shm_state *s, int dst, const shm_rec *h, const void *payload
     if (SHM_RING_BYTES - (size_t)(head - k->tail_seen) < pad + need + 64) return 0;
   }
   if (pad) {
-    shm_rec p = {.kind = REC_PAD, .len = contig - 64};
+    shm_rec p = {.kind = REC_PAD, .len = (uint32_t)(contig - 64)};
     head = ring_write(r, head, &p, NULL, 0, contig);
   }
   k->head = ring_write(r, head, h, payload, len, need);
-  s->moved++;
+  c->moved++;
   shm_wake_fence(s);
   shm_wake_one(s, dst);
   return 1;
 }
 
-static void remove_send(shm_state *s, shm_sendop **link) {
-  shm_sendop *o = *link;
-  *link = o->next;
-  if (s->sends_tail == &o->next) s->sends_tail = link;
-  free(o);
-  s->npending--;
-}
-
-static void remove_recv(shm_state *s, shm_recvop **link) {
-  shm_recvop *o = *link;
-  *link = o->next;
-  if (s->recvs_tail == &o->next) s->recvs_tail = link;
-  free(o);
-  s->npending--;
+static void remove_send(shm_state *s, shm_req **link) {
+  shm_req *o = *link;
+  *link = o->snext;
+  if (s->sends_tail == &o->snext) s->sends_tail = link;
 }
 
 static braid_status queue_ctrl(braid_comm *c, shm_state *s, int dst, uint32_t kind, uint64_t id) {
-  shm_rec h = {.kind = kind, .id = id};
-  if (!s->ctrl_q[dst] && ring_put(s, dst, &h, NULL, 0)) return BRAID_OK;
+  shm_rec h = {.kind = (uint8_t)kind, .id = id};
+  if (!s->ctrl_q[dst] && ring_put(c, s, dst, &h, NULL, 0)) return BRAID_OK;
   shm_ctrl *k = calloc(1, sizeof *k);
   if (!k) return braid__fail(c, BRAID_ERR_NO_MEMORY, "out of memory queueing a control record");
   k->rec = h;
@@ -154,34 +107,55 @@ static braid_status queue_ctrl(braid_comm *c, shm_state *s, int dst, uint32_t ki
   return BRAID_OK;
 }
 
+static void add_active(shm_state *s, shm_req *r) {
+  r->snext = s->active;
+  s->active = r;
+}
+
 /* Leaves r to pull the sender's message id at addr (inside braid memory
    zref when zref is not NULL) once this rank's own records are out (see
    progress). */
-static void pull_later(shm_state *s, shm_recvop *r, uint64_t id, uint64_t addr, const braid__mem_ref *zref) {
+static void pull_later(shm_state *s, shm_req *r, uint64_t id, uint64_t addr, const braid__mem_ref *zref) {
   r->state = R_PULL;
   r->id = id;
   r->addr = addr;
   r->zc = zref != NULL;
   if (zref) r->zref = *zref;
   s->npulls++;
+  add_active(s, r);
+}
+
+/* Without single copy: the receiver asks for the message and the sender
+   streams it through the ring. */
+static braid_status stream_later(braid_comm *c, shm_state *s, shm_req *r, uint64_t id) {
+  r->state = R_STREAM;
+  r->id = id;
+  r->got = 0;
+  add_active(s, r);
+  return queue_ctrl(c, s, r->base.peer, REC_CTS, id);
 }
 
 /* Copies a rendezvous message into the receive's buffer, straight from the
    sender's braid memory or by single copy, and acknowledges it. */
-static braid_status pull(braid_comm *c, shm_state *s, const shm_recvop *r) {
-  if (atomic_load(&shm_ctl_of(s, r->src)->left))
+static braid_status pull(braid_comm *c, shm_state *s, shm_req *r) {
+  int src = r->base.peer;
+  if (atomic_load(&shm_ctl_of(s, src)->left)) {
+    /* A peer that failed and left said why: that is the error to report. */
+    if (braid__poll_remote_failure(c, 0)) return (braid_status)atomic_load(&c->failed);
     return braid__fail(c, BRAID_ERR_PEER_LOST,
                        "rank %d destroyed its communicator before its %zu-byte message with tag %u was received",
-                       r->src, r->bytes, r->tag);
+                       src, r->base.bytes, (unsigned)r->base.h.tag);
+  }
   braid_status st;
   if (r->zc) {
     const char *from;
-    if ((st = shm_zc_map(c, s, r->src, &r->zref, r->addr, &from))) return st;
-    shm_copy_out(r->buf, from, r->bytes, r->bytes);
-  } else if ((st = shm_cma_read(c, s, r->src, r->buf, r->addr, r->bytes))) {
+    if ((st = shm_zc_map(c, s, src, &r->zref, r->addr, &from))) return st;
+    shm_copy_out(r->base.buf, from, r->base.bytes, r->base.bytes);
+  } else if ((st = shm_cma_read(c, s, src, r->base.buf, r->addr, r->base.bytes))) {
     return st;
   }
-  return queue_ctrl(c, s, r->src, REC_ACK, r->id);
+  c->moved++;
+  return queue_ctrl(c, s, src, REC_ACK, r->id);
 }
 
 /* The braid memory a rendezvous descriptor names, NULL if none (or if this
@@ -194,75 +168,53 @@ static const braid__mem_ref *rts_zref(const shm_state *s, const shm_rec *h, cons
 }
 
 /* A message (eager payload or rendezvous descriptor) from src meets the
-   posted receives; unmatched, it is queued as unexpected. */
+   posted receives; unmatched, it is kept as unexpected. */
 static braid_status deliver(braid_comm *c, shm_state *s, int src, const shm_rec *h, const char *payload) {
   int rndv = h->kind == REC_RTS;
-  size_t bytes = rndv ? h->total : h->len;
-  for (shm_recvop **link = &s->recvs; *link;) {
-    shm_recvop *r = *link;
-    if (r->state != R_POSTED || r->src != src || r->tag != h->tag) {
-      link = &r->next;
-      continue;
-    }
-    if (r->count != h->count || r->dt != (braid_dtype)h->dt) {
-      char msg[320];
-      braid__mismatch_text(msg, sizeof msg, src, h->tag, h->count, (braid_dtype)h->dt, r->count, r->dt);
-      if (r == s->just_posted) {
-        /* The message was there when braid_recv was called: that call fails,
-           as it does when the message was already taken from the ring. */
-        s->just_posted = NULL;
-        snprintf(s->posted_mismatch, sizeof s->posted_mismatch, "%s", msg);
-      } else {
-        defer(s, BRAID_ERR_MISMATCH, msg);
-      }
-      remove_recv(s, link);
-      continue;
-    }
+  braid__msg_hdr mh = rec_hdr(h);
+  braid_status st;
+  braid__req *br = braid__match_arrival(c, src, &mh, &st);
+  if (st) return st;
+  const braid__mem_ref *z = rts_zref(s, h, payload);
+  if (br) {
+    shm_req *r = (shm_req *)br;
     if (!rndv) {
-      memcpy(r->buf, payload, bytes);
-      remove_recv(s, link);
+      if (h->len) memcpy(br->buf, payload, h->len);
+      braid__req_complete(c, br, BRAID_OK);
       return BRAID_OK;
     }
     /* Pulled in one copy whenever possible, independent of when the sender
-       runs. Streaming through the ring (two copies that overlap only while
-       both ranks are on a CPU, a hand-off per 64 KiB) lost at every size on
-       the measured VM: 16 MiB ring exchange 2.7 ms pulled, 4.0 ms streamed;
-       2.9 against 15 ms while the host kept the two vCPUs apart. */
-    const braid__mem_ref *z = rts_zref(s, h, payload);
+       runs: streaming through the ring (two copies that overlap only while
+       both ranks are on a CPU, a hand-off per 64 KiB) lost at every size
+       measured (docs/SHM.md). */
     if (z || s->cma) {
       pull_later(s, r, h->id, h->addr, z);
       return BRAID_OK;
     }
-    r->state = R_STREAM;
-    r->id = h->id;
-    r->got = 0;
-    return queue_ctrl(c, s, src, REC_CTS, h->id);
+    return stream_later(c, s, r, h->id);
   }
   shm_umsg *u = calloc(1, sizeof *u);
   if (!u) return braid__fail(c, BRAID_ERR_NO_MEMORY, "out of memory queueing a message from rank %d", src);
-  u->src = src;
+  u->base.src = src;
+  u->base.h = mh;
+  u->base.bytes = h->count * braid_dtype_size((braid_dtype)h->dt);
   u->rndv = rndv;
-  u->tag = h->tag;
-  u->dt = (braid_dtype)h->dt;
-  u->count = h->count;
-  u->bytes = bytes;
   u->id = h->id;
   u->addr = h->addr;
-  const braid__mem_ref *z = rts_zref(s, h, payload);
   if (z) {
     u->zref = *z;
     u->zc = 1;
   }
-  if (!rndv && bytes) {
-    u->data = malloc(bytes);
+  if (!rndv && h->len) {
+    u->data = malloc(h->len);
     if (!u->data) {
       free(u);
-      return braid__fail(c, BRAID_ERR_NO_MEMORY, "out of memory buffering a %zu-byte message from rank %d", bytes, src);
+      return braid__fail(c, BRAID_ERR_NO_MEMORY, "out of memory buffering a %u-byte message from rank %d", h->len,
+                         src);
     }
-    memcpy(u->data, payload, bytes);
+    memcpy(u->data, payload, h->len);
   }
-  *s->umsgs_tail = u;
-  s->umsgs_tail = &u->next;
+  braid__match_unexpected(c, &u->base);
   return BRAID_OK;
 }
 
@@ -273,32 +225,36 @@ static braid_status handle(braid_comm *c, shm_state *s, int src, const shm_rec *
     return deliver(c, s, src, h, payload);
   case REC_ACK:
   case REC_CTS:
-    for (shm_sendop **link = &s->sends; *link; link = &(*link)->next) {
-      shm_sendop *o = *link;
-      if (o->dest != src || o->id != h->id || o->state != S_WAIT) continue;
+    for (shm_req **link = &s->sends; *link; link = &(*link)->snext) {
+      shm_req *o = *link;
+      if (o->base.peer != src || o->id != h->id || o->state != S_WAIT) continue;
       if (h->kind == REC_ACK) {
         remove_send(s, link);
+        braid__req_complete(c, &o->base, BRAID_OK);
       } else {
         o->state = S_STREAM;
         o->sent = 0;
       }
       return BRAID_OK;
     }
-    return braid__fail(c, BRAID_ERR_INTERNAL, "rank %d acknowledged unknown message %llu", src,
-                       (unsigned long long)h->id);
+    return braid__fail_comm(c, BRAID_ERR_INTERNAL, "rank %d acknowledged unknown message %llu", src,
+                            (unsigned long long)h->id);
   case REC_DATA:
-    for (shm_recvop **link = &s->recvs; *link; link = &(*link)->next) {
-      shm_recvop *r = *link;
-      if (r->state != R_STREAM || r->src != src || r->id != h->id) continue;
-      shm_copy_out(r->buf + h->addr, payload, h->len, r->bytes);
+    for (shm_req **link = &s->active; *link; link = &(*link)->snext) {
+      shm_req *r = *link;
+      if (r->state != R_STREAM || r->base.peer != src || r->id != h->id) continue;
+      shm_copy_out((char *)r->base.buf + h->addr, payload, h->len, r->base.bytes);
       r->got += h->len;
-      if (r->got == r->bytes) remove_recv(s, link);
+      if (r->got == r->base.bytes) {
+        *link = r->snext;
+        braid__req_complete(c, &r->base, BRAID_OK);
+      }
       return BRAID_OK;
     }
-    return braid__fail(c, BRAID_ERR_INTERNAL, "rank %d sent data for unknown message %llu", src,
-                       (unsigned long long)h->id);
+    return braid__fail_comm(c, BRAID_ERR_INTERNAL, "rank %d sent data for unknown message %llu", src,
+                            (unsigned long long)h->id);
   default:
-    return braid__fail(c, BRAID_ERR_INTERNAL, "corrupt record kind %u in the ring from rank %d", h->kind, src);
+    return braid__fail_comm(c, BRAID_ERR_INTERNAL, "corrupt record kind %u in the ring from rank %d", h->kind, src);
   }
 }
 
@@ -314,7 +270,7 @@ static braid_status drain(braid_comm *c, shm_state *s, int src) {
     tail += 64 + rup64(h.len);
   }
   if (tail == start) return st;
-  s->moved++;
+  c->moved++;
   s->cur[src].tail = tail;
   atomic_store_explicit(&r->tail, tail, memory_order_release);
   shm_wake_fence(s);
@@ -323,262 +279,165 @@ static braid_status drain(braid_comm *c, shm_state *s, int src) {
 }
 
 /* Writes what waits for ring space, in order per destination. */
-static void flush(shm_state *s) {
+static void flush(braid_comm *c, shm_state *s) {
   for (int d = 0; d < s->n; d++) {
     while (s->ctrl_q[d]) {
       shm_ctrl *k = s->ctrl_q[d];
-      if (!ring_put(s, d, &k->rec, NULL, 0)) break;
+      if (!ring_put(c, s, d, &k->rec, NULL, 0)) break;
       s->ctrl_q[d] = k->next;
       free(k);
     }
   }
   uint64_t blocked_lo = 0; /* bit per destination < 64 whose queue stalled this pass */
-  for (shm_sendop **link = &s->sends; *link;) {
-    shm_sendop *o = *link;
-    int bit = o->dest < 64;
-    if (bit && (blocked_lo >> o->dest & 1)) {
-      link = &o->next;
+  for (shm_req **link = &s->sends; *link;) {
+    shm_req *o = *link;
+    int dest = o->base.peer;
+    int bit = dest < 64;
+    if (bit && (blocked_lo >> dest & 1)) {
+      link = &o->snext;
       continue;
     }
     if (o->state == S_QUEUED) {
-      shm_rec h = {.tag = o->tag, .id = o->id, .count = o->count, .dt = (uint32_t)o->dt};
-      int eager = o->bytes <= SHM_EAGER_MAX;
+      shm_rec h = {.tag = o->base.h.tag, .id = o->id, .count = o->base.h.count, .dt = (uint8_t)o->base.h.dt,
+                   .desc = o->base.h.desc};
+      int eager = o->base.bytes <= SHM_EAGER_MAX;
       h.kind = eager ? REC_EAGER : REC_RTS;
-      h.len = eager ? o->bytes : 0;
-      h.addr = (uint64_t)(uintptr_t)o->buf;
-      h.total = o->bytes;
+      h.len = eager ? (uint32_t)o->base.bytes : 0;
+      h.addr = (uint64_t)(uintptr_t)o->base.buf;
       /* A buffer in braid memory: the receiver copies it in place. */
       braid__mem_ref z;
-      const void *payload = o->buf;
-      if (!eager && s->zc && braid__mem_find(o->buf, o->bytes, &z)) {
+      const void *payload = o->base.buf;
+      if (!eager && s->zc && braid__mem_find(o->base.buf, o->base.bytes, &z)) {
         h.flags = REC_F_ZC;
         h.len = sizeof z;
         payload = &z;
       }
-      if (!ring_put(s, o->dest, &h, payload, h.len)) {
-        if (bit) blocked_lo |= 1ull << o->dest;
-        link = &o->next;
+      if (!ring_put(c, s, dest, &h, payload, h.len)) {
+        if (bit) blocked_lo |= 1ull << dest;
+        link = &o->snext;
         continue;
       }
       if (eager) {
         remove_send(s, link);
+        braid__req_complete(c, &o->base, BRAID_OK);
         continue;
       }
       o->state = S_WAIT;
     }
     if (o->state == S_STREAM) {
-      while (o->sent < o->bytes) {
-        size_t len = o->bytes - o->sent < SHM_FRAG ? o->bytes - o->sent : SHM_FRAG;
-        shm_rec h = {.kind = REC_DATA, .len = len, .id = o->id, .addr = o->sent};
-        if (!ring_put(s, o->dest, &h, o->buf + o->sent, len)) break;
+      while (o->sent < o->base.bytes) {
+        size_t len = o->base.bytes - o->sent < SHM_FRAG ? o->base.bytes - o->sent : SHM_FRAG;
+        shm_rec h = {.kind = REC_DATA, .len = (uint32_t)len, .id = o->id, .addr = o->sent};
+        if (!ring_put(c, s, dest, &h, (const char *)o->base.buf + o->sent, len)) break;
         o->sent += len;
       }
-      if (o->sent == o->bytes) {
+      if (o->sent == o->base.bytes) {
         remove_send(s, link);
+        braid__req_complete(c, &o->base, BRAID_OK);
         continue;
       }
     }
-    link = &o->next;
+    link = &o->snext;
   }
 }
 
 /* Single-copy pulls go last, after this rank's own records (a send's
    descriptor above all) are in the rings: a pull takes as long as the copy,
    and a peer waiting for that descriptor would otherwise idle meanwhile.
-   braid_send and braid_recv leave pulls to braid_sync and the waits, so a
-   receive posted before a send never holds the send back. */
+   Posting a send or a receive leaves pulls to the waits, so a receive
+   posted before a send never holds the send back. */
 static braid_status progress(braid_comm *c, shm_state *s, int do_pulls) {
-  s->in_progress = 1;
   braid_status st = BRAID_OK;
   for (int q = 0; q < s->n && !st; q++) st = drain(c, s, q);
-  if (!st) flush(s);
+  if (!st) flush(c, s);
   if (!st && do_pulls && s->npulls) {
-    for (shm_recvop **link = &s->recvs; *link && !st;) {
-      shm_recvop *r = *link;
+    for (shm_req **link = &s->active; *link && !st;) {
+      shm_req *r = *link;
       if (r->state != R_PULL) {
-        link = &r->next;
+        link = &r->snext;
         continue;
       }
       st = pull(c, s, r);
       s->npulls--;
-      remove_recv(s, link);
+      *link = r->snext;
+      braid__req_complete(c, &r->base, st ? st : BRAID_OK);
     }
-    if (!st) flush(s);
+    if (!st) flush(c, s);
   }
-  s->in_progress = 0;
   return st;
 }
 
-braid_status shm_p2p_progress(braid_comm *c, shm_state *s) { return progress(c, s, 1); }
+braid_status shm_progress(braid_comm *c) { return progress(c, c->be, 1); }
 
-/* ---------------------------------------------------------------- calls */
+/* ---------------------------------------------------------------- the contract */
 
-braid_status shm_p2p_send(braid_comm *c, const void *buf, size_t count, braid_dtype dt, int dest, uint32_t tag) {
+braid_status shm_isend(braid_comm *c, braid__req *br) {
   shm_state *s = c->be;
-  size_t bytes = count * braid_dtype_size(dt);
+  shm_req *o = (shm_req *)br;
+  o->id = ++s->next_id;
   /* Fast path: a small message with nothing queued ahead of it goes straight
      into the ring (the order per destination is kept: nothing is pending). */
-  if (bytes <= SHM_EAGER_MAX && !s->sends && !s->ctrl_q[dest]) {
-    shm_rec h = {.kind = REC_EAGER, .tag = tag, .len = bytes, .id = ++s->next_id, .count = count, .dt = (uint32_t)dt};
-    if (ring_put(s, dest, &h, buf, bytes)) return BRAID_OK;
-    s->next_id--;
+  if (br->bytes <= SHM_EAGER_MAX && !s->sends && !s->ctrl_q[br->peer]) {
+    shm_rec h = {.kind = REC_EAGER, .dt = (uint8_t)br->h.dt, .len = (uint32_t)br->bytes, .tag = br->h.tag,
+                 .id = o->id, .count = br->h.count, .desc = br->h.desc};
+    if (ring_put(c, s, br->peer, &h, br->buf, br->bytes)) {
+      braid__req_complete(c, br, BRAID_OK);
+      return BRAID_OK;
+    }
   }
-  shm_sendop *o = calloc(1, sizeof *o);
-  if (!o) return braid__fail(c, BRAID_ERR_NO_MEMORY, "out of memory posting a send");
-  o->id = ++s->next_id;
-  o->dest = dest;
-  o->tag = tag;
-  o->dt = dt;
-  o->count = count;
-  o->bytes = bytes;
-  o->buf = buf;
   o->state = S_QUEUED;
+  o->snext = NULL;
   *s->sends_tail = o;
-  s->sends_tail = &o->next;
-  s->npending++;
+  s->sends_tail = &o->snext;
   return progress(c, s, 0);
 }
 
-/* Appends a pending receive; id names the sender's message it streams (R_STREAM). */
-static braid_status post_recv(braid_comm *c, shm_state *s, void *buf, size_t count, braid_dtype dt, int src,
-                              uint32_t tag, int state, uint64_t id, shm_recvop **out) {
-  shm_recvop *r = calloc(1, sizeof *r);
-  if (!r) return braid__fail(c, BRAID_ERR_NO_MEMORY, "out of memory posting a receive");
-  r->id = id;
-  r->src = src;
-  r->tag = tag;
-  r->dt = dt;
-  r->count = count;
-  r->bytes = count * braid_dtype_size(dt);
-  r->buf = buf;
-  r->state = state;
-  *s->recvs_tail = r;
-  s->recvs_tail = &r->next;
-  s->npending++;
-  if (out) *out = r;
-  return BRAID_OK;
+/* The receive is on the matcher's queue: anything still in a ring is newer
+   than the unexpected messages it was checked against, and this pass
+   delivers it straight into the buffer. */
+braid_status shm_irecv(braid_comm *c, braid__req *r) {
+  (void)r;
+  return progress(c, c->be, 0);
 }
 
-braid_status shm_p2p_recv(braid_comm *c, void *buf, size_t count, braid_dtype dt, int src, uint32_t tag) {
+braid_status shm_take(braid_comm *c, braid__req *br, braid__umsg *bu) {
   shm_state *s = c->be;
+  shm_umsg *u = (shm_umsg *)bu;
+  shm_req *r = (shm_req *)br;
   braid_status st = BRAID_OK;
-  size_t bytes = count * braid_dtype_size(dt);
-  /* Messages already taken from the rings come first; anything still in a
-     ring is newer, and the progress after posting delivers it straight
-     into buf without buffering it. */
-  for (shm_umsg **link = &s->umsgs; *link; link = &(*link)->next) {
-    shm_umsg *u = *link;
-    if (u->src != src || u->tag != tag) continue;
-    if (u->count != count || u->dt != dt) {
-      char msg[320];
-      braid__mismatch_text(msg, sizeof msg, src, tag, u->count, u->dt, count, dt);
-      return braid__fail(c, BRAID_ERR_MISMATCH, "%s", msg);
-    }
-    *link = u->next;
-    if (s->umsgs_tail == &u->next) s->umsgs_tail = link;
-    if (!u->rndv) {
-      memcpy(buf, u->data, bytes);
-    } else if (u->zc || s->cma) {
-      shm_recvop *r = NULL;
-      st = post_recv(c, s, buf, count, dt, src, tag, R_POSTED, 0, &r);
-      if (!st) pull_later(s, r, u->id, u->addr, u->zc ? &u->zref : NULL);
-    } else {
-      st = post_recv(c, s, buf, count, dt, src, tag, R_STREAM, u->id, NULL);
-      if (!st) st = queue_ctrl(c, s, src, REC_CTS, u->id);
-    }
-    free(u->data);
-    free(u);
-    return st;
+  if (!u->rndv) {
+    if (br->bytes) memcpy(br->buf, u->data, br->bytes);
+    braid__req_complete(c, br, BRAID_OK);
+  } else if (u->zc || s->cma) {
+    pull_later(s, r, u->id, u->addr, u->zc ? &u->zref : NULL);
+  } else {
+    st = stream_later(c, s, r, u->id);
   }
-  shm_recvop *r = NULL;
-  st = post_recv(c, s, buf, count, dt, src, tag, R_POSTED, 0, &r);
-  if (st) return st;
-  s->just_posted = r;
-  s->posted_mismatch[0] = 0;
-  st = progress(c, s, 0);
-  s->just_posted = NULL;
-  if (!st && s->posted_mismatch[0]) return braid__fail(c, BRAID_ERR_MISMATCH, "%s", s->posted_mismatch);
+  free(u->data);
+  u->data = NULL;
   return st;
 }
 
-/* The rank the oldest pending operation waits for. */
-static int first_peer(const shm_state *s) { return s->recvs ? s->recvs->src : s->sends ? s->sends->dest : -1; }
-
-void shm_p2p_describe(shm_state *s, char *out, size_t len) {
-  if (s->recvs) {
-    shm_recvop *r = s->recvs;
-    snprintf(out, len, "a message with tag %u (%zu bytes) for %d pending receive(s)", r->tag, r->bytes, s->npending);
-  } else if (s->sends) {
-    shm_sendop *o = s->sends;
-    snprintf(out, len, "it to receive the message with tag %u (%zu bytes) of %d pending operation(s)", o->tag,
-             o->bytes, s->npending);
-  } else {
-    snprintf(out, len, "pending operations");
-  }
-}
-
-static braid_status take_deferred(braid_comm *c, shm_state *s) {
-  braid_status st = s->deferred;
-  s->deferred = BRAID_OK;
-  return braid__fail(c, st, "%s", s->deferred_msg);
-}
-
-braid_status shm_p2p_sync(braid_comm *c, double timeout_s, int quiet) {
-  shm_state *s = c->be;
-  if (quiet) {
-    /* braid_destroy: bounded best effort; nothing is recorded as an error. */
-    double deadline = braid__now() + timeout_s;
-    while (s->npending && braid__now() < deadline && !atomic_load(&s->hdr->fail) && !braid__aborted(c)) {
-      if (shm_p2p_progress(c, s)) break;
-      if (s->npending) sched_yield();
-    }
-    int ns = 0, nr = 0, nu = 0;
-    for (shm_sendop *o = s->sends; o; o = o->next) ns++;
-    for (shm_recvop *r = s->recvs; r; r = r->next) nr++;
-    for (shm_umsg *u = s->umsgs; u; u = u->next) nu++;
-    if (ns || nr)
-      BLOG_WARN(BRAID_SUB_P2P, c->rank, "braid_destroy: abandoned %d send(s) and %d receive(s) after waiting %g s", ns,
-                nr, timeout_s);
-    if (nu) BLOG_WARN(BRAID_SUB_P2P, c->rank, "braid_destroy: dropped %d message(s) that were never received", nu);
-    return BRAID_OK;
-  }
-  braid_status st = shm_p2p_progress(c, s);
-  if (st) return st;
-  if (s->deferred) return take_deferred(c, s);
-  if (!s->npending) return BRAID_OK;
-  shm_wait w;
-  shm_wait_begin(&w);
-  uint64_t seen = s->moved;
-  while (s->npending) {
-    st = shm_wait_step(c, s, &w, first_peer(s), NULL);
-    if (!st) st = shm_p2p_progress(c, s);
-    if (st) {
-      shm_wait_end(s, &w);
-      return st;
-    }
-    if (s->moved != seen) {
-      /* A long transfer that keeps moving is not a stall: back to spinning
-         (and the deadline counts from the last progress). */
-      seen = s->moved;
-      shm_wait_end(s, &w);
-      shm_wait_begin(&w);
-    }
-  }
-  shm_wait_end(s, &w);
-  if (s->deferred) return take_deferred(c, s);
-  return BRAID_OK;
+void shm_release_umsg(braid_comm *c, braid__umsg *bu) {
+  (void)c;
+  shm_umsg *u = (shm_umsg *)bu;
+  free(u->data);
+  u->data = NULL;
 }
 
 void shm_p2p_free(braid_comm *c, shm_state *s) {
-  (void)c;
-  while (s->sends) remove_send(s, &s->sends);
-  while (s->recvs) remove_recv(s, &s->recvs);
-  while (s->umsgs) {
-    shm_umsg *u = s->umsgs;
-    s->umsgs = u->next;
-    free(u->data);
-    free(u);
+  while (s->sends) {
+    shm_req *o = s->sends;
+    s->sends = o->snext;
+    braid__req_drop(c, &o->base);
   }
+  s->sends_tail = &s->sends;
+  while (s->active) {
+    shm_req *r = s->active;
+    s->active = r->snext;
+    braid__req_drop(c, &r->base);
+  }
+  s->npulls = 0;
   for (int d = 0; d < s->n; d++)
     while (s->ctrl_q[d]) {
       shm_ctrl *k = s->ctrl_q[d];

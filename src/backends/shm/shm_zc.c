@@ -51,8 +51,8 @@ braid_status shm_zc_map(braid_comm *c, shm_state *s, int q, const braid__mem_ref
     void *p = braid__mem_map_peer(s->pids[q], ref);
     if (!p) {
       int e = errno;
-      shm_publish_fail(s, SHM_FAIL_FAILED, s->me, q);
-      return braid__fail(c, BRAID_ERR_SYSTEM,
+      /* Peers wait for this rank's part: the communicator fails for all. */
+      return braid__fail_comm(c, BRAID_ERR_SYSTEM,
                          "could not map rank %d's (pid %d) braid_mem_alloc buffer of %llu bytes: %s", q,
                          (int)s->pids[q], (unsigned long long)ref->len, strerror(e));
     }

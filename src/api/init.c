@@ -1,0 +1,160 @@
+/* braid_init, braid_destroy, braid_abort and the accessors. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "algos/algos.h"
+#include "api/api.h"
+#include "bootstrap/bootstrap.h"
+#include "core/params.h"
+#include "core/subcomm.h"
+#include "core/wait.h"
+
+static braid_status init_fail(braid_status st, int rank, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static braid_status init_fail(braid_status st, int rank, const char *fmt, ...) {
+  char text[BRAID_ERRLEN];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(text, sizeof text, fmt, ap);
+  va_end(ap);
+  if (rank >= 0) return braid__fail(NULL, st, "braid_init: %s (rank %d)", text, rank);
+  return braid__fail(NULL, st, "braid_init: %s", text);
+}
+
+/* The settings every communicator of the job shares, from the environment. */
+static braid_status read_settings(braid_comm *c, const braid_config *def, int rank) {
+  char err[BRAID_ERRLEN];
+  double timeout = def->timeout_s, dtimeout = def->destroy_timeout_s;
+  if (timeout < 0 && braid__param_seconds(BRAID_P_TIMEOUT, &timeout, err, sizeof err))
+    return init_fail(BRAID_ERR_INVALID_ARG, rank, "%s", err);
+  if (dtimeout < 0 && braid__param_seconds(BRAID_P_DESTROY_TIMEOUT, &dtimeout, err, sizeof err))
+    return init_fail(BRAID_ERR_INVALID_ARG, rank, "%s", err);
+  if (!(timeout >= 0) || !(dtimeout >= 0))
+    return init_fail(BRAID_ERR_INVALID_ARG, rank, "timeouts must be finite and non-negative");
+  long check = 1;
+  if (braid__param_int(BRAID_P_CHECK, 0, 1, &check, err, sizeof err))
+    return init_fail(BRAID_ERR_INVALID_ARG, rank, "%s", err);
+  const char *algo = braid__param_str(BRAID_P_ALGO);
+  if (algo && braid__algo_parse(algo, c->algo, err, sizeof err))
+    return init_fail(BRAID_ERR_INVALID_ARG, rank, "BRAID_ALGO=\"%s\": %s", algo, err);
+  c->timeout_s = timeout;
+  c->destroy_timeout_s = dtimeout;
+  c->check = (int)check;
+  return BRAID_OK;
+}
+
+braid_status braid_init(const braid_config *cfg, braid_comm **out) {
+  if (!out) return braid__fail(NULL, BRAID_ERR_INVALID_ARG, "braid_init: comm is NULL");
+  *out = NULL;
+  braid__log_reload(); /* the application may have set BRAID_LOG* since the last init */
+  braid_config def = BRAID_CONFIG_INIT;
+  if (cfg) {
+    if (cfg->struct_size < offsetof(braid_config, destroy_timeout_s) + sizeof(double) ||
+        cfg->struct_size > sizeof(braid_config))
+      return init_fail(BRAID_ERR_INVALID_ARG, -1,
+                       "cfg->struct_size %zu is not a braid_config size; start from BRAID_CONFIG_INIT",
+                       cfg->struct_size);
+    memcpy(&def, cfg, cfg->struct_size);
+  }
+  char err[BRAID_ERRLEN];
+  /* The backend is looked up first: a one-rank backend never meets peers,
+     so it needs no store. "auto" (the default) decides after the rendezvous. */
+  const char *name = def.backend ? def.backend : braid__param_str(BRAID_P_BACKEND);
+  int by_default = !name || !strcmp(name, "auto");
+  const braid__backend *ops = by_default ? NULL : braid__backend_find(name);
+  braid__env_overrides ov = {def.rank,       def.world_size, def.local_rank,    def.local_size,
+                             def.store_addr, def.token_hex,  def.init_timeout_s};
+  braid__launch_env env;
+  unsigned flags = ops && !(ops->caps & BRAID__CAP_NEEDS_STORE) ? 0 : BRAID__ENV_REQUIRE_STORE;
+  braid_status st = braid__env_detect(braid__env_getenv, NULL, &ov, flags, &env, err, sizeof err);
+  if (st) return init_fail(st, -1, "%s", err);
+  if (by_default) {
+    name = env.world_size == 1 ? "self" : "shm";
+    ops = braid__backend_find(name);
+  }
+  int rank = env.rank;
+  if (!ops)
+    return init_fail(BRAID_ERR_INVALID_ARG, rank, "unknown backend \"%s\" (built: %s)", name,
+                     braid__backend_names());
+
+  braid_comm *c = braid__comm_alloc();
+  if (!c) return init_fail(BRAID_ERR_NO_MEMORY, rank, "out of memory for the communicator");
+  if ((st = read_settings(c, &def, rank))) {
+    braid__comm_free(c);
+    return st;
+  }
+  c->ops = ops;
+  c->rank = rank;
+  c->size = env.world_size;
+  c->id = 1;
+  if (braid__log_enabled(BRAID_LOG_INFO, BRAID_SUB_ENV)) {
+    char desc[BRAID_ERRLEN];
+    braid__env_describe(&env, desc, sizeof desc);
+    BLOG_INFO(BRAID_SUB_ENV, c->rank, "using the %s convention: %s", env.convention, desc);
+  }
+  pthread_mutex_lock(&c->lock);
+  c->call = "braid_init";
+  if ((ops->caps & BRAID__CAP_SINGLE_RANK) && c->size > 1) {
+    /* A rendezvous would only delay the refusal. */
+    st = braid__fail(c, BRAID_ERR_INVALID_ARG, "backend %s supports world size 1 only, not %d", ops->name, c->size);
+  } else {
+    st = braid__bootstrap_world(c->rank, c->size, &env, &c->boot, err, sizeof err);
+    if (st) braid__fail(c, st, "%s", err);
+  }
+  if (!st && by_default && c->boot && c->boot->local_size != c->size)
+    st = braid__fail(c, BRAID_ERR_UNSUPPORTED,
+                     "the %d ranks span several hosts (%d on this one) and no backend was named; set BRAID_BACKEND "
+                     "or braid_config.backend to a backend for several hosts (built: %s)",
+                     c->size, c->boot->local_size, braid__backend_names());
+  if (!st && (ops->caps & BRAID__CAP_ONE_HOST) && c->boot && c->boot->local_size != c->size)
+    st = braid__fail(c, BRAID_ERR_UNSUPPORTED,
+                     "backend %s connects ranks of one host, but the %d ranks span several hosts (%d on this one)",
+                     ops->name, c->size, c->boot->local_size);
+  if (!st) st = ops->init(c);
+  if (!st) st = braid__comm_start(c);
+  c->call = NULL;
+  pthread_mutex_unlock(&c->lock);
+  if (st) {
+    braid__set_thread_error(c->last_error);
+    if (c->be) ops->destroy(c, 0);
+    c->be = NULL;
+    braid__bootstrap_free(c->boot, 0);
+    braid__comm_free(c);
+    return st;
+  }
+  BLOG_INFO(BRAID_SUB_INIT, c->rank, "braid %s: backend %s, rank %d of %d, timeout %g s, call check %s",
+            braid_version(), ops->name, c->rank, c->size, c->timeout_s, c->check ? "on" : "off");
+  *out = c;
+  return BRAID_OK;
+}
+
+braid_status braid_destroy(braid_comm *c) {
+  if (!c) return braid__null_comm("braid_destroy");
+  /* A failed communicator has nothing left worth waiting for. */
+  braid__comm_release(c, -1);
+  return BRAID_OK;
+}
+
+braid_status braid_abort(braid_comm *c) {
+  if (!c) return braid__null_comm("braid_abort");
+  if (atomic_exchange(&c->aborted, 1)) return BRAID_OK;
+  char text[BRAID_ERRLEN], msg[BRAID_ERRLEN];
+  snprintf(text, sizeof text, "braid_abort: communicator aborted by the application");
+  snprintf(msg, sizeof msg, "%s (rank %d)", text, c->rank);
+  int expected = 0;
+  pthread_mutex_lock(&c->err_lock);
+  if (atomic_compare_exchange_strong(&c->failed, &expected, (int)BRAID_ERR_ABORTED)) {
+    snprintf(c->fatal_error, sizeof c->fatal_error, "%s", msg);
+    snprintf(c->fatal_text, sizeof c->fatal_text, "%s", text);
+  }
+  /* last_error is left to the call the abort interrupts (it says where the
+     abort met it); later calls repeat fatal_error. */
+  pthread_mutex_unlock(&c->err_lock);
+  BLOG_WARN(BRAID_SUB_INIT, c->rank, "%s", msg);
+  if (c->ops && c->ops->abort) c->ops->abort(c);
+  return BRAID_OK;
+}
+
+int braid_world_size(const braid_comm *c) { return c ? c->size : -1; }
+int braid_rank(const braid_comm *c) { return c ? c->rank : -1; }
+const char *braid_backend(const braid_comm *c) { return c ? c->ops->name : NULL; }

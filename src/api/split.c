@@ -1,0 +1,64 @@
+/* braid_split: every rank learns every (color, key) through an all-gather,
+   groups identically, and the members of each color build a child. */
+#include <stdlib.h>
+
+#include "algos/algos.h"
+#include "api/api.h"
+#include "core/subcomm.h"
+
+typedef struct split_entry {
+  uint32_t color, key;
+  int rank;
+} split_entry;
+
+static int split_cmp(const void *a, const void *b) {
+  const split_entry *x = a, *y = b;
+  if (x->key != y->key) return x->key < y->key ? -1 : 1;
+  return (x->rank > y->rank) - (x->rank < y->rank);
+}
+
+braid_status braid_split(braid_comm *c, uint32_t color, uint32_t key, braid_comm **out) {
+  braid_status st = braid__enter(c, "braid_split");
+  if (st) return st;
+  if (!out) return braid__leave(c, braid__fail(c, BRAID_ERR_INVALID_ARG, "out is NULL"));
+  *out = NULL;
+  uint32_t mine[2] = {color, key};
+  uint32_t *all = malloc(sizeof(uint32_t) * 2 * (size_t)c->size);
+  split_entry *ents = malloc(sizeof(split_entry) * (size_t)c->size);
+  int *members = malloc(sizeof(int) * (size_t)c->size);
+  if (!all || !ents || !members) {
+    st = braid__fail(c, BRAID_ERR_NO_MEMORY, "out of memory for %d ranks' split entries", c->size);
+    goto done;
+  }
+  /* A collective of its own kind, so a rank splitting while another
+     all-gathers is a mismatch, not a silent exchange. */
+  c->seq++;
+  c->desc = braid__desc_make(BRAID__COLL_SPLIT, 2, BRAID_U32, 0);
+  c->desc_hash = c->check ? braid__desc_hash(c->seq, &c->desc) : 0;
+  if (c->check && c->ops->coll_start) c->ops->coll_start(c);
+  if (c->ops->all_gather && c->algo[BRAID__COLL_ALL_GATHER] <= BRAID__ALGO_NATIVE)
+    st = c->ops->all_gather(c, mine, all, 2, BRAID_U32);
+  else
+    st = braid__algo_all_gather(c, BRAID__ALGO_AUTO, mine, all, 2, BRAID_U32);
+  c->prev_desc = c->desc;
+  c->desc.kind = BRAID__COLL_NONE;
+  if (st) goto done;
+  uint32_t ordinal = ++c->nsplits;
+  if (color == BRAID_SPLIT_NONE) goto done;
+  int n = 0;
+  for (int r = 0; r < c->size; r++)
+    if (all[2 * r] == color) ents[n++] = (split_entry){color, all[2 * r + 1], r};
+  qsort(ents, (size_t)n, sizeof *ents, split_cmp);
+  int newrank = -1;
+  for (int i = 0; i < n; i++) {
+    members[i] = ents[i].rank;
+    if (ents[i].rank == c->rank) newrank = i;
+  }
+  st = braid__comm_sub(c, c->ops, members, n, newrank, ordinal, color, out);
+  if (!st) BLOG_DEBUG(BRAID_SUB_INIT, c->rank, "split color %u key %u: rank %d of %d", color, key, newrank, n);
+done:
+  free(all);
+  free(ents);
+  free(members);
+  return braid__leave(c, st);
+}

@@ -1,0 +1,726 @@
+/* shm: the native collectives. Small calls go through per-rank slots
+   (flat exchange) or a ring of broadcast entries, larger ones through
+   staging rounds or chunk streams, the largest by single copy; buffers in
+   braid memory are read in place. Every call also publishes its descriptor
+   digest where peers already look (slot words, phase posts, the call log),
+   so ranks in different collectives fail with BRAID_ERR_MISMATCH instead of
+   exchanging garbage. See docs/SHM.md. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/shm/shm.h"
+
+static size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+static char *slot_of(shm_state *s, int r, int parity) {
+  return s->base + s->hdr->off_slots + ((size_t)r * 2 + (size_t)parity) * SHM_SLOT_BYTES;
+}
+static char *bring_of(shm_state *s, uint64_t b) {
+  return s->base + s->hdr->off_bring + (size_t)(b % SHM_BRING) * SHM_SLOT_BYTES;
+}
+static _Atomic uint64_t *slot_seq(char *slot) { return (_Atomic uint64_t *)slot; }
+/* Up to 56 bytes share the sequence word's cache line (one miss for the
+   reader); larger payloads start on the next line: copies from a source
+   8 bytes off a line ran 3-4 times slower from 4 KiB on the measured CPU
+   (2 ranks, 8 KiB broadcast: 3.8 us at +8, 0.9 us at +64). */
+static char *slot_data(char *slot, size_t bytes) { return slot + (bytes <= 56 ? 8 : 64); }
+static char *staging_of(shm_state *s, int r) { return s->base + s->hdr->off_staging + (size_t)r * s->staging; }
+
+/* ---------------------------------------------------------------- phase flags */
+
+static inline uint64_t flag_of(shm_state *s, int q) {
+  return atomic_load_explicit(&shm_ctl_of(s, q)->flag, memory_order_acquire);
+}
+
+void shm_post(shm_state *s) {
+  atomic_store_explicit(&shm_ctl_of(s, s->me)->flag, ++s->ph, memory_order_release);
+  shm_wake_peers(s);
+}
+
+static braid_status wait_flag(braid_comm *c, shm_state *s, int q, uint64_t v, const char *what) {
+  SHM_WAIT_UNTIL(flag_of(s, q) >= v, q, what);
+  return BRAID_OK;
+}
+
+braid_status shm_wait_all(braid_comm *c, shm_state *s, uint64_t v, const char *what) {
+  for (int q = 0; q < s->n; q++) {
+    if (q == s->me) continue;
+    SHM_WAIT_UNTIL(flag_of(s, q) >= v, q, what);
+  }
+  return BRAID_OK;
+}
+
+/* ---------------------------------------------------------------- the call check */
+
+/* Slot and ring-entry words carry a counter in the high half and the
+   call's digest in the low half; a root's claim on a ring entry sets the
+   top bit until its data is in. */
+#define WORD_CLAIM (1ull << 63)
+static inline uint64_t word_of(uint64_t k, uint32_t hash) { return (k & 0x7fffffffu) << 32 | hash; }
+static inline int word_is(uint64_t w, uint64_t k) { return (w >> 32) == (k & 0x7fffffffu); }
+
+/* The newest entry of rank q's call log: its sequence number, 0 if none. */
+static uint64_t newest_logged(braid_comm *c, shm_state *s, int q, braid__desc *d) {
+  uint64_t best = 0;
+  for (uint64_t i = 0; i < SHM_DLOG; i++) {
+    braid__desc x;
+    uint64_t sq = atomic_load_explicit(&shm_ctl_of(s, q)->dlog[i].seq, memory_order_acquire);
+    if (sq > best && shm_peer_desc(c, q, sq, &x)) {
+      best = sq;
+      *d = x;
+    }
+  }
+  return best;
+}
+
+/* A digest differed or two roots claimed one broadcast: the call logs name
+   a rank whose collective #seq is another call (hint first), or, when none
+   logged #seq differently, the rank whose post carried a digest of another
+   sequence number (it skipped or added a collective). */
+static braid_status mismatch(braid_comm *c, shm_state *s, int hint) {
+  braid__desc d;
+  for (int i = 0; i < s->n; i++) {
+    int q = hint >= 0 ? (hint + i) % s->n : i;
+    if (q != s->me && shm_peer_desc(c, q, c->seq, &d) && !braid__desc_equal(&d, &c->desc))
+      return braid__coll_mismatch(c, q, &d);
+  }
+  int q = hint >= 0 ? hint : (s->me + 1) % s->n;
+  uint64_t at = newest_logged(c, s, q, &d);
+  if (at) return braid__coll_mismatch_at(c, q, &d, at);
+  return braid__fail_comm(c, BRAID_ERR_MISMATCH, "rank %d is not in collective #%llu like this rank", q,
+                          (unsigned long long)c->seq);
+}
+
+/* Every collective starts here (native or generic): its descriptor goes in
+   the call log and its digest beside the phase flag (read by peers after
+   they see a post). */
+void shm_coll_start(braid_comm *c) {
+  shm_state *s = c->be;
+  shm_dlog_enter(c, s);
+  atomic_store_explicit(&shm_ctl_of(s, s->me)->dhash, c->desc_hash, memory_order_relaxed);
+}
+
+/* After the first wait for every peer's post: did each post for this call? */
+static braid_status check_posts(braid_comm *c, shm_state *s) {
+  if (!c->check) return BRAID_OK;
+  for (int q = 0; q < s->n; q++)
+    if (q != s->me && atomic_load_explicit(&shm_ctl_of(s, q)->dhash, memory_order_relaxed) != c->desc_hash)
+      return mismatch(c, s, q);
+  return BRAID_OK;
+}
+
+/* A receiver of a streamed broadcast: the root logged its call before its
+   first chunk. */
+static braid_status check_root(braid_comm *c, int root) {
+  braid__desc d;
+  if (c->check && shm_peer_desc(c, root, c->seq, &d) && !braid__desc_equal(&d, &c->desc))
+    return braid__coll_mismatch(c, root, &d);
+  return BRAID_OK;
+}
+
+/* A root of a streamed broadcast: sequence numbers of streamed broadcasts
+   are claimed in increasing order, so a second root of the same call (ranks
+   that disagree on the root) finds its number taken. */
+static braid_status claim_stream_root(braid_comm *c, shm_state *s) {
+  if (!c->check) return BRAID_OK;
+  for (uint64_t v = atomic_load_explicit(&s->hdr->bclaim, memory_order_relaxed);;) {
+    if (v >= c->seq) return mismatch(c, s, -1);
+    if (atomic_compare_exchange_weak(&s->hdr->bclaim, &v, c->seq)) return BRAID_OK;
+  }
+}
+
+/* ---------------------------------------------------------------- slices */
+
+static void slice_of(size_t count, int n, int q, size_t *start, size_t *len) {
+  size_t base = count / (size_t)n, rem = count % (size_t)n, uq = (size_t)q;
+  *start = uq * base + (uq < rem ? uq : rem);
+  *len = base + (uq < rem ? 1 : 0);
+}
+
+/* ---------------------------------------------------------------- flat small-message collectives */
+
+/* Every rank publishes `bytes` from src (may be NULL when bytes is 0) in its
+   slot of this exchange's parity (returned in *parity) and waits for every
+   other rank's. A slot is reused two exchanges later, by when every reader
+   has moved on: each exchange waits for every rank, so starting exchange k
+   means every rank has finished k-2. Collectives that do not wait for every
+   rank (small broadcasts) therefore never use the slots. */
+static braid_status flat_exchange(braid_comm *c, shm_state *s, const void *src, size_t bytes, int *parity,
+                                  const char *what) {
+  uint64_t k = ++s->cseq;
+  *parity = (int)(k & 1);
+  char *mine = slot_of(s, s->me, *parity);
+  if (bytes) memcpy(slot_data(mine, bytes), src, bytes);
+  atomic_store_explicit(slot_seq(mine), word_of(k, c->desc_hash), memory_order_release);
+  shm_wake_peers(s);
+  for (int q = 0; q < s->n; q++) {
+    if (q == s->me) continue;
+    _Atomic uint64_t *seq = slot_seq(slot_of(s, q, *parity));
+    uint64_t w;
+    SHM_WAIT_UNTIL(word_is(w = atomic_load_explicit(seq, memory_order_acquire), k), q, what);
+    if ((uint32_t)w != c->desc_hash && c->check) return mismatch(c, s, q);
+  }
+  return BRAID_OK;
+}
+
+static const void **srcs_array(shm_state *s, const void **stackbuf, int cap) {
+  if (s->n <= cap) return stackbuf;
+  return malloc(2 * sizeof(void *) * (size_t)s->n);
+}
+
+/* srcs: reduction inputs, one per rank; zsrc: each peer's buffer read in
+   place (braid memory), NULL where the peer stages. */
+#define SRCS_DECL                                                                                   \
+  const void *srcs_stack_[32];                                                                      \
+  const void **srcs = srcs_array(s, srcs_stack_, 16);                                               \
+  if (!srcs) return braid__fail_comm(c, BRAID_ERR_NO_MEMORY, "out of memory for %d source pointers", s->n); \
+  const char **zsrc = (const char **)(srcs + s->n);                                                 \
+  (void)zsrc
+#define SRCS_FREE \
+  if (srcs != srcs_stack_) free((void *)srcs)
+
+/* After the post that carried this operation's announcements (key): fills
+   zsrc with every peer's buffer in braid memory (NULL where it has none) and
+   counts the ranks, this one (zme) included, whose buffers are there. */
+static braid_status zc_gather(braid_comm *c, shm_state *s, uint64_t key, int zme, const char **zsrc, int *nzc) {
+  *nzc = zme;
+  zsrc[s->me] = NULL;
+  for (int q = 0; q < s->n; q++) {
+    if (q == s->me) continue;
+    braid_status st = shm_zc_peer(c, s, q, key, &zsrc[q]);
+    if (st) return st;
+    if (zsrc[q]) (*nzc)++;
+  }
+  return BRAID_OK;
+}
+
+/* ---------------------------------------------------------------- streaming */
+
+/* Chunk of the streaming collectives (broadcast, all-gather): small enough
+   that a message is split into a few pieces whose copies in and out overlap,
+   large enough that per-chunk synchronization costs little; cache-resident
+   either way. Pieces under 64 KiB pipeline badly between two cores (xcore_bw:
+   8 GB/s with 16 KiB, 18 GB/s with 64 KiB, 23-33 GB/s with 256 KiB; 2 ranks,
+   64 KiB broadcast: 7 us in four pieces, 2-4 us in one). At least two chunks
+   fit in the staging space. */
+static size_t stream_chunk(shm_state *s, size_t bytes) {
+  size_t c = bytes / 4;
+  if (c < (64u << 10)) c = 64u << 10;
+  if (c > (256u << 10)) c = 256u << 10;
+  if (c > s->staging / 2) c = s->staging / 2;
+  return round_up(c, SHM_CL);
+}
+
+/* Slot spacing of streamed broadcasts: the largest chunk, so slots stay put
+   whatever the sizes of consecutive broadcasts. */
+static size_t stream_stride(shm_state *s) {
+  size_t c = (size_t)256 << 10;
+  return c < s->staging / 2 ? c : s->staging / 2;
+}
+
+/* Every other rank has finished streamed-broadcast chunk v-1. */
+static braid_status wait_stream(braid_comm *c, shm_state *s, uint64_t v, const char *what) {
+  for (int q = 0; q < s->n; q++) {
+    if (q == s->me) continue;
+    SHM_WAIT_UNTIL(atomic_load_explicit(&shm_ctl_of(s, q)->stream_done, memory_order_acquire) >= v, q, what);
+  }
+  return BRAID_OK;
+}
+
+/* Before a collective writes this rank's staging: streamed broadcasts do not
+   wait for their readers, so some may still copy from it. */
+static braid_status staging_quiesce(braid_comm *c, shm_state *s) {
+  return s->sseq ? wait_stream(c, s, s->sseq, "its copy of an earlier braid_broadcast") : BRAID_OK;
+}
+
+/* ---------------------------------------------------------------- all-reduce */
+
+static braid_status ar_flat(braid_comm *c, shm_state *s, void *buf, size_t count, braid_dtype dt, braid_op op) {
+  size_t bytes = count * braid_dtype_size(dt);
+  int p;
+  braid_status st = flat_exchange(c, s, buf, bytes, &p, "its input to braid_all_reduce");
+  if (st) return st;
+  SRCS_DECL;
+  for (int q = 0; q < s->n; q++) srcs[q] = q == s->me ? buf : slot_data(slot_of(s, q, p), bytes);
+  braid__reduce(buf, srcs, s->n, count, dt, op, s->n);
+  SRCS_FREE;
+  return BRAID_OK;
+}
+
+/* Calls that stage at most SHM_ROTATE bytes per rank do not start where the
+   last one did: they move through the first SHM_ROTATE_REGION bytes of their
+   region, `used` bytes at a time. Writing again lines a peer has just read
+   is slow (the writer must take them back; 2 ranks on 2 cores: all-reduce
+   64 KiB 11-14 vs 4.6-5 us, all-gather 64 KiB 5.4 vs 2.1 us). 2 MiB, about
+   twice a core's L2 on the measured VM, beat 1, 4 and 8 MiB (all-gather
+   1 MiB in place 30 us vs 35 us over 8 MiB; reduce-scatter 256 KiB 11 vs
+   13-14 us). Larger calls stay at the start, whose lines stay cached
+   (moving them too made 4 MiB all-reduces 25 % slower). All ranks count
+   calls alike, so they agree. Returns the n-th offset. */
+static size_t rotate(uint64_t n, size_t used, size_t total, size_t room) {
+  if (room > SHM_ROTATE_REGION) room = SHM_ROTATE_REGION;
+  if (total > SHM_ROTATE || used == 0 || used > room) return 0;
+  return (size_t)(n % (room / used)) * used;
+}
+
+/* Offset in every rank's staging of the next staging round, which uses
+   `used` bytes of a call that stages `total` bytes: the halves alternate
+   (see ar_staging), and small calls rotate within a half. */
+static size_t stage_slot(shm_state *s, size_t used, size_t total) {
+  size_t half = s->staging / 2;
+  uint64_t r = s->round++;
+  return (size_t)(r & 1) * half + rotate(r >> 1, round_up(used, 4096), total, half);
+}
+
+/* Staging rounds: each rank copies a range of its input into its staging half
+   (E), reduces its slice of the range from every rank's staging in rank order
+   (R), then copies the other slices' results. The halves alternate by a round
+   counter shared by all ranks; a half is rewritten two rounds later, after
+   every rank has posted E of the round in between, which comes after it
+   finished reading.
+   A rank whose buffer is braid memory skips E and reduces into its own
+   buffer; peers read its input slice and its result there instead of in
+   staging (announced with the first post). Only rank r reads or writes slice
+   r of any buffer until it posts the slice's result, and a buffer is read in
+   place until the end barrier. */
+static braid_status ar_staging(braid_comm *c, shm_state *s, char *buf, size_t count, braid_dtype dt, braid_op op) {
+  braid_status st = staging_quiesce(c, s);
+  if (st) return st;
+  size_t es = braid_dtype_size(dt), half = s->staging / 2;
+  size_t per_round = half / es;
+  /* Keep a round's slices L2-sized so the reduce reads cached data. */
+  size_t cap = ((size_t)s->n * (256u << 10)) / es;
+  if (per_round > cap) per_round = cap;
+  SRCS_DECL;
+  /* In place from braid memory only when ranks outnumber cores: there every
+     copy saved is CPU time the other ranks get (4 ranks on 2 cores, 1 MiB:
+     115-136 us against 181-191 us). With a core per rank, E's streaming
+     copy claims the staging lines before the reduce, which beats writing
+     lines the peers have just read while reading theirs (2 ranks, 1 MiB:
+     70 us staged, 90 us in place). */
+  uint64_t key = s->ph + 1;
+  int zme = s->oversub && shm_zc_announce(s, buf, count * es, key), nzc = 0;
+  for (size_t off = 0; off < count && !st; off += per_round) {
+    size_t L = count - off < per_round ? count - off : per_round;
+    size_t h = stage_slot(s, L * es, count * es);
+    char *stage = staging_of(s, s->me) + h;
+    if (!zme) memcpy(stage, buf + off * es, L * es);
+    shm_post(s);
+    if ((st = shm_wait_all(c, s, s->ph, "its input to braid_all_reduce"))) break;
+    if (off == 0 && (st = check_posts(c, s))) break;
+    if (off == 0 && (st = zc_gather(c, s, key, zme, zsrc, &nzc))) break;
+    size_t a, m;
+    slice_of(L, s->n, s->me, &a, &m);
+    char *mine = zme ? buf + (off + a) * es : stage + a * es;
+    if (m) {
+      for (int q = 0; q < s->n; q++)
+        srcs[q] = q == s->me ? mine : zsrc[q] ? zsrc[q] + (off + a) * es : staging_of(s, q) + h + a * es;
+      braid__reduce(mine, srcs, s->n, m, dt, op, s->n);
+    }
+    shm_post(s);
+    if (m && !zme) memcpy(buf + (off + a) * es, mine, m * es);
+    if ((st = shm_wait_all(c, s, s->ph, "its reduced slice in braid_all_reduce"))) break;
+    for (int q = 0; q < s->n; q++) {
+      if (q == s->me) continue;
+      size_t aq, mq;
+      slice_of(L, s->n, q, &aq, &mq);
+      if (mq)
+        memcpy(buf + (off + aq) * es, zsrc[q] ? zsrc[q] + (off + aq) * es : staging_of(s, q) + h + aq * es, mq * es);
+    }
+  }
+  SRCS_FREE;
+  if (st) return st;
+  shm_post(s);
+  return shm_wait_all(c, s, s->ph, "the end of braid_all_reduce");
+}
+
+/* Single copy: each rank reduces its slice by reading every peer's buffer in
+   L2-sized chunks (in place where it is braid memory) and writes the result
+   into every peer's buffer, so each byte of each buffer is read once and
+   written once. Only rank r touches slice r anywhere, so the phases need no
+   synchronization: a start barrier (addresses published, inputs ready) and
+   an end barrier (every write into this rank's buffer done). */
+static braid_status ar_cma(braid_comm *c, shm_state *s, char *buf, size_t count, braid_dtype dt, braid_op op) {
+  size_t es = braid_dtype_size(dt);
+  shm_ctl *mine = shm_ctl_of(s, s->me);
+  mine->addr = (uint64_t)(uintptr_t)buf;
+  uint64_t key = s->ph + 1;
+  int zme = shm_zc_announce(s, buf, count * es, key), nzc;
+  shm_post(s);
+  braid_status st = shm_wait_all(c, s, s->ph, "its buffer address in braid_all_reduce");
+  if (!st) st = check_posts(c, s);
+  if (st) return st;
+  size_t a, m;
+  slice_of(count, s->n, s->me, &a, &m);
+  size_t chunk = s->tmp_each / es;
+  SRCS_DECL;
+  st = zc_gather(c, s, key, zme, zsrc, &nzc);
+  for (size_t x = a; x < a + m && !st; x += chunk) {
+    size_t len = a + m - x < chunk ? a + m - x : chunk;
+    int k = 0;
+    for (int q = 0; q < s->n && !st; q++) {
+      if (q == s->me) {
+        srcs[q] = buf + x * es;
+        continue;
+      }
+      if (zsrc[q]) {
+        srcs[q] = zsrc[q] + x * es;
+        continue;
+      }
+      char *t = s->tmp + (size_t)k++ * s->tmp_each;
+      st = shm_cma_read(c, s, q, t, shm_ctl_of(s, q)->addr + x * es, len * es);
+      srcs[q] = t;
+    }
+    if (st) break;
+    braid__reduce(buf + x * es, srcs, s->n, len, dt, op, s->n);
+    for (int q = 0; q < s->n && !st; q++)
+      if (q != s->me) st = shm_cma_write(c, s, q, shm_ctl_of(s, q)->addr + x * es, buf + x * es, len * es);
+  }
+  SRCS_FREE;
+  if (st) return st;
+  shm_post(s);
+  return shm_wait_all(c, s, s->ph, "the end of braid_all_reduce");
+}
+
+braid_status shm_all_reduce(braid_comm *c, void *buf, size_t count, braid_dtype dt, braid_op op) {
+  shm_state *s = ((shm_state *)c->be);
+  if (s->n == 1) {
+    const void *src = buf;
+    braid__reduce(buf, &src, 1, count, dt, op, 1);
+    return BRAID_OK;
+  }
+  size_t bytes = count * braid_dtype_size(dt);
+  if (bytes <= SHM_SLOT_DATA) return ar_flat(c, s, buf, count, dt, op);
+  if (s->cma && bytes >= s->cma_min) return ar_cma(c, s, buf, count, dt, op);
+  return ar_staging(c, s, buf, count, dt, op);
+}
+
+/* ---------------------------------------------------------------- broadcast */
+
+/* Small broadcasts go through a ring of entries shared by all roots (every
+   rank runs the same broadcasts in the same order, so entry b serves the
+   b-th). Nobody waits for the whole group: the root copies its data into
+   the entry and returns unless the ring is full, so back-to-back broadcasts
+   pipeline, which matters most when ranks outnumber cores. */
+static braid_status bcast_small(braid_comm *c, shm_state *s, char *buf, size_t bytes, int root) {
+  uint64_t b = s->bseq++;
+  char *e = bring_of(s, b);
+  if (s->me == root) {
+    for (int q = 0; q < s->n; q++) {
+      if (q == s->me || b < SHM_BRING) continue;
+      SHM_WAIT_UNTIL(atomic_load_explicit(&shm_ctl_of(s, q)->bcast_done, memory_order_acquire) >= b - SHM_BRING + 1, q,
+                 "its copy of an earlier braid_broadcast");
+    }
+    /* The root claims the entry: a second root of the same broadcast (ranks
+       that disagree on the root) finds it taken. */
+    for (uint64_t w = atomic_load_explicit(slot_seq(e), memory_order_relaxed); c->check;) {
+      if (word_is(w & ~WORD_CLAIM, b + 1)) return mismatch(c, s, -1);
+      if (atomic_compare_exchange_weak_explicit(slot_seq(e), &w, WORD_CLAIM | word_of(b + 1, 0), memory_order_acquire,
+                                                memory_order_relaxed))
+        break;
+    }
+    memcpy(slot_data(e, bytes), buf, bytes);
+    atomic_store_explicit(slot_seq(e), word_of(b + 1, c->desc_hash), memory_order_release);
+  } else {
+    uint64_t w;
+    SHM_WAIT_UNTIL(word_is(w = atomic_load_explicit(slot_seq(e), memory_order_acquire), b + 1), root,
+                   "the root's data in braid_broadcast");
+    if ((uint32_t)w != c->desc_hash && c->check) return mismatch(c, s, root);
+    memcpy(buf, slot_data(e, bytes), bytes);
+  }
+  atomic_store_explicit(&shm_ctl_of(s, s->me)->bcast_done, b + 1, memory_order_release);
+  /* After both stores: receivers wait for the entry, and whichever rank is
+     root 64 broadcasts later may sleep waiting for bcast_done. */
+  shm_wake_peers(s);
+  return BRAID_OK;
+}
+
+/* Zero copy: the root's buffer is braid memory. It announces the buffer in
+   place of the first chunk (key: the stream sequence number), each receiver
+   copies the whole message straight from it and reports the chunk done, and
+   the root returns once every receiver has (its buffer is free again). */
+static braid_status bcast_zc_root(braid_comm *c, shm_state *s, uint64_t g) {
+  shm_wake_peers(s);
+  braid_status st = wait_stream(c, s, g + 1, "its copy of the root's buffer in braid_broadcast");
+  if (st) return st;
+  atomic_store_explicit(&shm_ctl_of(s, s->me)->stream_done, g + 1, memory_order_release);
+  shm_wake_peers(s);
+  return BRAID_OK;
+}
+
+braid_status shm_broadcast(braid_comm *c, void *vbuf, size_t count, braid_dtype dt, int root) {
+  shm_state *s = ((shm_state *)c->be);
+  if (s->n == 1) return BRAID_OK;
+  char *buf = vbuf;
+  size_t bytes = count * braid_dtype_size(dt);
+  if (bytes <= SHM_SLOT_DATA) return bcast_small(c, s, buf, bytes, root);
+  braid_status st;
+  if (s->cma && bytes >= s->cma_min) {
+    shm_ctl_of(s, s->me)->addr = (uint64_t)(uintptr_t)buf;
+    uint64_t key = s->ph + 1;
+    if (s->me == root) shm_zc_announce(s, buf, bytes, key);
+    shm_post(s);
+    if ((st = shm_wait_all(c, s, s->ph, "its arrival in braid_broadcast")) || (st = check_posts(c, s))) return st;
+    if (s->me != root) {
+      const char *z;
+      if ((st = shm_zc_peer(c, s, root, key, &z))) return st;
+      if (z) shm_copy_out(buf, z, bytes, bytes);
+      else if ((st = shm_cma_read(c, s, root, buf, shm_ctl_of(s, root)->addr, bytes))) return st;
+    }
+    shm_post(s);
+    return shm_wait_all(c, s, s->ph, "the end of braid_broadcast");
+  }
+  /* Staging: the root streams the message through its staging space in
+     chunks, the others copy each chunk out as soon as it is written. Chunks
+     are numbered across calls and sit in fixed slots, so the root may run
+     ahead into later broadcasts while the others still copy: it reuses a slot
+     once every rank is past the chunk it held, and any other collective
+     that writes staging first waits for all chunks to be copied out
+     (staging_quiesce). No end barrier. A root buffer in braid memory takes
+     the place of the first chunk instead (bcast_zc_root). */
+  size_t C = stream_chunk(s, bytes), stride = stream_stride(s), K = s->staging / stride;
+  shm_ctl *rc = shm_ctl_of(s, root);
+  uint64_t zkey = SHM_ZKEY_BCAST | (s->sseq + 1);
+  if (s->me == root && (st = claim_stream_root(c, s))) return st;
+  if (s->me == root && shm_zc_announce(s, buf, bytes, zkey)) return bcast_zc_root(c, s, s->sseq++);
+  for (size_t off = 0; off < bytes; off += C) {
+    size_t L = bytes - off < C ? bytes - off : C;
+    uint64_t g = s->sseq++;
+    char *slot = staging_of(s, root) + (size_t)(g % K) * stride;
+    if (s->me == root) {
+      if (g >= K && (st = wait_stream(c, s, g - K + 1, "its copy of an earlier chunk of braid_broadcast"))) return st;
+      memcpy(slot, buf + off, L);
+    } else {
+      SHM_WAIT_UNTIL(atomic_load_explicit(&rc->stream_done, memory_order_acquire) >= g + 1 ||
+                     (off == 0 && atomic_load_explicit(&rc->zref.key, memory_order_acquire) == zkey),
+                 root, "the root's data in braid_broadcast");
+      if (off == 0 && (st = check_root(c, root))) return st;
+      /* stream_done passes g only after this rank is done if the root
+         announced its buffer instead of streaming. */
+      if (off == 0 && atomic_load_explicit(&rc->stream_done, memory_order_acquire) < g + 1) {
+        const char *z;
+        if ((st = shm_zc_peer(c, s, root, zkey, &z))) return st;
+        if (!z) return braid__fail(c, BRAID_ERR_INTERNAL, "rank %d announced a buffer this rank cannot use", root);
+        shm_copy_out(buf, z, bytes, bytes);
+        off = bytes; /* the whole message came in one piece */
+      } else {
+        shm_copy_out(buf + off, slot, L, bytes);
+      }
+    }
+    atomic_store_explicit(&shm_ctl_of(s, s->me)->stream_done, g + 1, memory_order_release);
+    shm_wake_peers(s);
+  }
+  return BRAID_OK;
+}
+
+/* ---------------------------------------------------------------- all-gather */
+
+/* Every rank copies every peer's block straight from its buffer: in place
+   where the peer's buffer is braid memory, else by single copy. The
+   announcement post has been made and waited for; ends with a barrier, after
+   which the peers' buffers are no longer read. */
+static braid_status ag_direct(braid_comm *c, shm_state *s, const void *send, char *recv, size_t bytes,
+                              const char **zsrc) {
+  braid_status st = BRAID_OK;
+  char *mine = recv + (size_t)s->me * bytes;
+  if (send != mine) shm_copy_out(mine, send, bytes, bytes * (size_t)s->n);
+  for (int i = 1; i < s->n && !st; i++) {
+    int q = (s->me + i) % s->n; /* spread the readers over the sources */
+    if (zsrc[q]) shm_copy_out(recv + (size_t)q * bytes, zsrc[q], bytes, bytes * (size_t)s->n);
+    else st = shm_cma_read(c, s, q, recv + (size_t)q * bytes, shm_ctl_of(s, q)->addr, bytes);
+  }
+  if (st) return st;
+  shm_post(s);
+  return shm_wait_all(c, s, s->ph, "the end of braid_all_gather");
+}
+
+braid_status shm_all_gather(braid_comm *c, const void *send, void *vrecv, size_t count, braid_dtype dt) {
+  shm_state *s = ((shm_state *)c->be);
+  size_t es = braid_dtype_size(dt), bytes = count * es;
+  char *recv = vrecv;
+  char *mine = recv + (size_t)s->me * bytes;
+  if (s->n == 1) {
+    if (send != mine) memcpy(mine, send, bytes);
+    return BRAID_OK;
+  }
+  braid_status st;
+  if (bytes <= SHM_SLOT_DATA) {
+    int p;
+    if ((st = flat_exchange(c, s, send, bytes, &p, "its input to braid_all_gather"))) return st;
+    for (int q = 0; q < s->n; q++)
+      if (q != s->me) memcpy(recv + (size_t)q * bytes, slot_data(slot_of(s, q, p), bytes), bytes);
+    if (send != mine) memcpy(mine, send, bytes);
+    return BRAID_OK;
+  }
+  /* Each rank announces, with its first post, its braid memory (and, for
+     single copy, its send address). Blocks in braid memory are read in
+     place; when every block is, nothing is staged. Single copy serves only
+     the largest blocks: staging that moves through its space (see rotate)
+     beat fetching by process_vm_readv at every size measured (2 ranks in
+     place: 64 KiB 2.1 vs 4.3-5.0 us, 1 MiB 37-43 vs 41-52 us, 4 MiB 118-142
+     vs 167-207 us). */
+  size_t pulled = bytes * (size_t)(s->n - 1);
+  int cma_all = s->cma && pulled >= s->cma_min;
+  uint64_t key = s->ph + 1;
+  int zme = shm_zc_announce(s, send, bytes, key), nzc = 0;
+  SRCS_DECL;
+  if (cma_all) {
+    shm_ctl_of(s, s->me)->addr = (uint64_t)(uintptr_t)send;
+    shm_post(s);
+    st = shm_wait_all(c, s, s->ph, "its input address in braid_all_gather");
+    if (!st) st = check_posts(c, s);
+    if (!st) st = zc_gather(c, s, key, zme, zsrc, &nzc);
+    if (!st) st = ag_direct(c, s, send, recv, bytes, zsrc);
+    SRCS_FREE;
+    return st;
+  }
+  /* Staging: every rank streams its block through its own staging space in
+     chunks; chunk j of every rank is copied out before anyone posts j as
+     done (the second post of the step), and a slot is rewritten only after
+     every rank has posted the chunk it held as done. Small calls start at
+     a new place each time (see rotate). Blocks in braid memory are read in
+     place instead. */
+  if ((st = staging_quiesce(c, s))) {
+    SRCS_FREE;
+    return st;
+  }
+  size_t C = stream_chunk(s, bytes);
+  if (C > bytes) C = round_up(bytes, 4096); /* one chunk: rotate by what it uses */
+  size_t K = s->staging / C, nch = (bytes + C - 1) / C;
+  uint64_t base = s->ph, r = rotate(s->agseq++, nch * C, bytes, K * C) / C;
+  int known = 0; /* zsrc filled, from the first post on */
+  for (size_t j = 0, off = 0; off < bytes && !st; j++, off += C) {
+    size_t L = bytes - off < C ? bytes - off : C;
+    size_t so = ((r + j) % K) * C;
+    if (!zme) {
+      if (j >= K && (st = shm_wait_all(c, s, base + 2 * (j - K) + 2, "its copy of an earlier chunk of braid_all_gather")))
+        break;
+      memcpy(staging_of(s, s->me) + so, (const char *)send + off, L);
+    }
+    shm_post(s);
+    if (!known) {
+      /* The first post carried the announcements. */
+      if ((st = shm_wait_all(c, s, base + 1, "its input to braid_all_gather")) || (st = check_posts(c, s))) break;
+      if ((st = zc_gather(c, s, key, zme, zsrc, &nzc))) break;
+      known = 1;
+      if (nzc == s->n) {
+        st = ag_direct(c, s, send, recv, bytes, zsrc);
+        SRCS_FREE;
+        return st;
+      }
+    }
+    if (send != mine) shm_copy_out(mine + off, (const char *)send + off, L, bytes * (size_t)s->n);
+    for (int i = 1; i < s->n && !st; i++) {
+      int q = (s->me + i) % s->n; /* spread the readers over the sources */
+      if ((st = wait_flag(c, s, q, base + 2 * j + 1, "its input to braid_all_gather"))) break;
+      const char *from = zsrc[q] ? zsrc[q] + off : staging_of(s, q) + so;
+      shm_copy_out(recv + (size_t)q * bytes + off, from, L, bytes * (size_t)s->n);
+    }
+    if (!st) shm_post(s);
+  }
+  SRCS_FREE;
+  if (st) return st;
+  shm_post(s);
+  return shm_wait_all(c, s, s->ph, "the end of braid_all_gather");
+}
+
+/* ---------------------------------------------------------------- reduce-scatter */
+
+braid_status shm_reduce_scatter(braid_comm *c, const void *vsend, void *vrecv, size_t count, braid_dtype dt,
+                                       braid_op op) {
+  shm_state *s = ((shm_state *)c->be);
+  const char *send = vsend;
+  char *recv = vrecv;
+  size_t es = braid_dtype_size(dt), bytes = count * es;
+  if (s->n == 1) {
+    braid__reduce(recv, (const void *const *)&send, 1, count, dt, op, 1);
+    return BRAID_OK;
+  }
+  braid_status st = BRAID_OK;
+  SRCS_DECL;
+  if (bytes * (size_t)s->n <= SHM_SLOT_DATA) {
+    int p;
+    st = flat_exchange(c, s, send, bytes * (size_t)s->n, &p, "its input to braid_reduce_scatter");
+    if (!st) {
+      for (int q = 0; q < s->n; q++)
+        srcs[q] = (q == s->me ? send : slot_data(slot_of(s, q, p), bytes * (size_t)s->n)) + (size_t)s->me * bytes;
+      braid__reduce(recv, srcs, s->n, count, dt, op, s->n);
+    }
+    SRCS_FREE;
+    return st;
+  }
+  uint64_t key = s->ph + 1;
+  int zme = shm_zc_announce(s, send, bytes * (size_t)s->n, key), nzc;
+  if (s->cma && bytes * (size_t)s->n >= s->cma_min) {
+    shm_ctl_of(s, s->me)->addr = (uint64_t)(uintptr_t)send;
+    shm_post(s);
+    if ((st = shm_wait_all(c, s, s->ph, "its input address in braid_reduce_scatter")) || (st = check_posts(c, s)) ||
+        (st = zc_gather(c, s, key, zme, zsrc, &nzc))) {
+      SRCS_FREE;
+      return st;
+    }
+    size_t chunk = s->tmp_each / es;
+    for (size_t x = 0; x < count && !st; x += chunk) {
+      size_t len = count - x < chunk ? count - x : chunk;
+      int k = 0;
+      for (int q = 0; q < s->n && !st; q++) {
+        size_t at = ((size_t)s->me * count + x) * es; /* piece me of q's input */
+        if (q == s->me || zsrc[q]) {
+          srcs[q] = (q == s->me ? send : zsrc[q]) + at;
+          continue;
+        }
+        char *t = s->tmp + (size_t)k++ * s->tmp_each;
+        st = shm_cma_read(c, s, q, t, shm_ctl_of(s, q)->addr + at, len * es);
+        srcs[q] = t;
+      }
+      if (!st) braid__reduce(recv + x * es, srcs, s->n, len, dt, op, s->n);
+    }
+    SRCS_FREE;
+    if (st) return st;
+    shm_post(s);
+    return shm_wait_all(c, s, s->ph, "the end of braid_reduce_scatter");
+  }
+  /* Staging rounds over the chunk dimension: each rank stages its n pieces of
+     the round, then reduces its own piece from every rank's staging. An input
+     in braid memory is read in place instead (announced with the first post). */
+  if ((st = staging_quiesce(c, s))) {
+    SRCS_FREE;
+    return st;
+  }
+  size_t half = s->staging / 2;
+  size_t per_round = half / (es * (size_t)s->n);
+  if (per_round == 0) per_round = 1; /* staging is at least 64 KiB, es at most 16: never reached for n <= 2048 */
+  for (size_t off = 0; off < count && !st; off += per_round) {
+    size_t L = count - off < per_round ? count - off : per_round;
+    size_t h = stage_slot(s, L * es * (size_t)s->n, count * es * (size_t)s->n);
+    char *stage = staging_of(s, s->me) + h;
+    if (!zme)
+      for (int q = 0; q < s->n; q++) memcpy(stage + (size_t)q * L * es, send + ((size_t)q * count + off) * es, L * es);
+    shm_post(s);
+    if ((st = shm_wait_all(c, s, s->ph, "its input to braid_reduce_scatter"))) break;
+    if (off == 0 && (st = check_posts(c, s))) break;
+    if (off == 0 && (st = zc_gather(c, s, key, zme, zsrc, &nzc))) break;
+    for (int q = 0; q < s->n; q++) {
+      if (q == s->me ? zme : zsrc[q] != NULL)
+        srcs[q] = (q == s->me ? send : zsrc[q]) + ((size_t)s->me * count + off) * es;
+      else
+        srcs[q] = staging_of(s, q) + h + (size_t)s->me * L * es;
+    }
+    braid__reduce(recv + off * es, srcs, s->n, L, dt, op, s->n);
+  }
+  SRCS_FREE;
+  if (st) return st;
+  shm_post(s);
+  return shm_wait_all(c, s, s->ph, "the end of braid_reduce_scatter");
+}
+
+/* ---------------------------------------------------------------- barrier */
+
+/* The core completed this rank's point-to-point operations first. */
+braid_status shm_barrier(braid_comm *c) {
+  shm_state *s = c->be;
+  if (s->n == 1) return BRAID_OK;
+  int p;
+  return flat_exchange(c, s, NULL, 0, &p, "its arrival at braid_barrier");
+}

@@ -1,0 +1,177 @@
+/* Posted receives and unexpected messages, FIFO per (source, tag) in hashed
+   buckets. Both queues hold objects that begin with next/prev links. */
+#include "core/match.h"
+
+#include <stdio.h>
+
+#include "core/comm.h"
+#include "core/tag.h"
+
+typedef struct link {
+  struct link *next, *prev;
+} link;
+
+static unsigned bucket_of(int src, uint64_t tag) {
+  uint64_t x = (uint64_t)(uint32_t)src * 0x9E3779B97F4A7C15ull ^ tag * 0xC2B2AE3D27D4EB4Full;
+  x ^= x >> 29;
+  return (unsigned)(x * 0x94D049BB133111EBull >> 56) & (BRAID__MATCH_BUCKETS - 1);
+}
+
+static void push(braid__match_bucket *b, link *e) {
+  e->next = NULL;
+  e->prev = b->tail;
+  if (b->tail) ((link *)b->tail)->next = e;
+  else b->head = e;
+  b->tail = e;
+}
+
+static void unlink_from(braid__match_bucket *b, link *e) {
+  if (e->prev) e->prev->next = e->next;
+  else b->head = e->next;
+  if (e->next) e->next->prev = e->prev;
+  else b->tail = e->prev;
+  e->next = e->prev = NULL;
+}
+
+static int same_shape(const braid__msg_hdr *a, const braid__msg_hdr *b) {
+  return a->count == b->count && a->dt == b->dt;
+}
+
+/* Internal traffic: the descriptors must agree (the cross-rank check), and
+   then the shapes, which the algorithms derive from them, agree too. */
+static braid_status check_internal(braid_comm *c, int src, const braid__msg_hdr *msg, const braid__msg_hdr *recv) {
+  if (!braid__desc_equal(&msg->desc, &recv->desc)) return braid__coll_mismatch(c, src, &msg->desc);
+  if (!same_shape(msg, recv))
+    return braid__fail_comm(c, BRAID_ERR_INTERNAL,
+                            "an internal message from rank %d has %llu elements of dtype %u where %llu of dtype %u "
+                            "were expected",
+                            src, (unsigned long long)msg->count, msg->dt, (unsigned long long)recv->count, recv->dt);
+  return BRAID_OK;
+}
+
+static void user_mismatch_text(char *out, size_t len, int src, const braid__msg_hdr *msg, const braid__msg_hdr *recv) {
+  braid__mismatch_text(out, len, src, (uint32_t)msg->tag, (size_t)msg->count, (braid_dtype)msg->dt,
+                       (size_t)recv->count, (braid_dtype)recv->dt);
+}
+
+braid__req *braid__match_arrival(braid_comm *c, int src, const braid__msg_hdr *h, braid_status *st) {
+  *st = BRAID_OK;
+  braid__match_bucket *b = &c->match.posted[bucket_of(src, h->tag)];
+  for (link *e = b->head; e;) {
+    braid__req *r = (braid__req *)e;
+    e = e->next;
+    if (r->peer != src || r->h.tag != h->tag) continue;
+    if (braid__tag_is_internal(h->tag)) {
+      if ((*st = check_internal(c, src, h, &r->h))) return NULL;
+    } else if (!same_shape(h, &r->h)) {
+      /* The receive fails; the message goes on to the next receive of the
+         key, or waits as unexpected for one of the right shape. */
+      char msg[320];
+      user_mismatch_text(msg, sizeof msg, src, h, &r->h);
+      unlink_from(b, (link *)r);
+      r->queued = 0;
+      c->match.nposted--;
+      if (r->posting) snprintf(c->posting_mismatch, sizeof c->posting_mismatch, "%s", msg);
+      else braid__defer(c, BRAID_ERR_MISMATCH, msg);
+      braid__req_complete(c, r, BRAID_ERR_MISMATCH);
+      continue;
+    }
+    unlink_from(b, (link *)r);
+    r->queued = 0;
+    c->match.nposted--;
+    return r;
+  }
+  return NULL;
+}
+
+void braid__match_unexpected(braid_comm *c, braid__umsg *u) {
+  push(&c->match.unexp[bucket_of(u->src, u->h.tag)], (link *)u);
+  c->match.nunexp++;
+}
+
+braid__umsg *braid__match_post(braid_comm *c, braid__req *r, braid_status *st) {
+  *st = BRAID_OK;
+  if (c->match.nunexp) {
+    braid__match_bucket *b = &c->match.unexp[bucket_of(r->peer, r->h.tag)];
+    for (link *e = b->head; e; e = e->next) {
+      braid__umsg *u = (braid__umsg *)e;
+      if (u->src != r->peer || u->h.tag != r->h.tag) continue;
+      if (braid__tag_is_internal(r->h.tag)) {
+        if ((*st = check_internal(c, u->src, &u->h, &r->h))) return NULL;
+      } else if (!same_shape(&u->h, &r->h)) {
+        char msg[320];
+        user_mismatch_text(msg, sizeof msg, u->src, &u->h, &r->h);
+        *st = braid__fail(c, BRAID_ERR_MISMATCH, "%s", msg);
+        return NULL;
+      }
+      unlink_from(b, e);
+      c->match.nunexp--;
+      return u;
+    }
+  }
+  push(&c->match.posted[bucket_of(r->peer, r->h.tag)], (link *)r);
+  r->queued = 1;
+  c->match.nposted++;
+  return NULL;
+}
+
+void braid__match_cancel(braid_comm *c, braid__req *r) {
+  if (!r->queued) return;
+  unlink_from(&c->match.posted[bucket_of(r->peer, r->h.tag)], (link *)r);
+  r->queued = 0;
+  c->match.nposted--;
+}
+
+int braid__match_find_foreign(braid_comm *c, uint64_t seq, const braid__desc *mine, int *src, braid__desc *theirs) {
+  if (!c->match.nunexp) return 0;
+  for (int i = 0; i < BRAID__MATCH_BUCKETS; i++)
+    for (link *e = c->match.unexp[i].head; e; e = e->next) {
+      braid__umsg *u = (braid__umsg *)e;
+      if (!braid__tag_in_coll(u->h.tag, c->id, seq) || braid__desc_equal(&u->h.desc, mine)) continue;
+      *src = u->src;
+      *theirs = u->h.desc;
+      return 1;
+    }
+  return 0;
+}
+
+int braid__match_find_stale(braid_comm *c, uint64_t seq, int inclusive, int *src, braid__msg_hdr *h,
+                            uint64_t *tag_seq) {
+  uint64_t mask = braid__tag_mask(BRAID__TAG_SEQ_BITS), fold = braid__tag_comm_fold(c->id);
+  for (int i = 0; i < BRAID__MATCH_BUCKETS; i++)
+    for (link *e = c->match.unexp[i].head; e; e = e->next) {
+      braid__umsg *u = (braid__umsg *)e;
+      uint64_t t = u->h.tag;
+      if (!braid__tag_is_internal(t) || braid__tag_comm(t) != fold) continue;
+      uint64_t behind = (seq - braid__tag_seq(t)) & mask;
+      if (behind >= mask / 2 || (behind == 0 && !inclusive)) continue; /* a later collective's, or this one's */
+      *src = u->src;
+      *h = u->h;
+      *tag_seq = braid__tag_seq(t);
+      return 1;
+    }
+  return 0;
+}
+
+braid__umsg *braid__match_pop_unexpected(braid_comm *c) {
+  for (int i = 0; i < BRAID__MATCH_BUCKETS && c->match.nunexp; i++) {
+    link *e = c->match.unexp[i].head;
+    if (!e) continue;
+    unlink_from(&c->match.unexp[i], e);
+    c->match.nunexp--;
+    return (braid__umsg *)e;
+  }
+  return NULL;
+}
+
+braid__req *braid__match_pop_posted(braid_comm *c) {
+  for (int i = 0; i < BRAID__MATCH_BUCKETS && c->match.nposted; i++) {
+    link *e = c->match.posted[i].head;
+    if (!e) continue;
+    unlink_from(&c->match.posted[i], e);
+    c->match.nposted--;
+    ((braid__req *)e)->queued = 0;
+    return (braid__req *)e;
+  }
+  return NULL;
+}

@@ -1,0 +1,73 @@
+/* The one message matcher: posted receives and unexpected messages, each
+   kept FIFO per (source, tag) in hashed buckets, with the shape rule of
+   docs/API.md. Every backend hands its arrivals here. */
+#ifndef BRAID_MATCH_H
+#define BRAID_MATCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "braid.h"
+#include "core/p2p.h"
+
+struct braid_comm;
+
+/* An unexpected message; a backend's own type embeds it first
+   (backend->umsg_size bytes) to keep the payload or how to fetch it. */
+typedef struct braid__umsg {
+  struct braid__umsg *next, *prev;
+  int src;
+  braid__msg_hdr h;
+  size_t bytes; /* payload bytes (h.count elements of h.dt) */
+} braid__umsg;
+
+#define BRAID__MATCH_BUCKETS 256
+
+typedef struct braid__match_bucket {
+  void *head, *tail;
+} braid__match_bucket;
+
+typedef struct braid__matcher {
+  braid__match_bucket posted[BRAID__MATCH_BUCKETS];
+  braid__match_bucket unexp[BRAID__MATCH_BUCKETS];
+  size_t nposted, nunexp;
+} braid__matcher;
+
+/* An arrival from src. Returns the posted receive it completes, taken off
+   the queue (the backend delivers into it), or NULL: the backend then keeps
+   the message with braid__match_unexpected. Receives of another shape met
+   first are completed with BRAID_ERR_MISMATCH (the sentence is deferred to
+   braid_sync) and the message moves on. Internal traffic whose descriptor
+   differs from the receive's is a collective mismatch: the communicator
+   fails, *st is set and NULL returned (the backend drops the message). */
+braid__req *braid__match_arrival(struct braid_comm *c, int src, const braid__msg_hdr *h, braid_status *st);
+void braid__match_unexpected(struct braid_comm *c, braid__umsg *u);
+
+/* A new receive r. Returns the unexpected message it takes, off the queue
+   (the caller hands both to backend->take), or NULL after queueing r on
+   the posted queue. When the oldest unexpected message of r's (source, tag)
+   has another shape, *st is set and r is not queued: MISMATCH for user
+   traffic (the message stays for a receive of the right shape; the sentence
+   is recorded on c), or a collective mismatch (c failed). */
+braid__umsg *braid__match_post(struct braid_comm *c, braid__req *r, braid_status *st);
+
+/* Takes r off the posted queue (abandoned receives). */
+void braid__match_cancel(struct braid_comm *c, braid__req *r);
+
+/* The first unexpected internal message of collective seq of this
+   communicator whose descriptor differs from mine: 1 with its source and
+   descriptor (the check while a wait goes slow), else 0. */
+int braid__match_find_foreign(struct braid_comm *c, uint64_t seq, const braid__desc *mine, int *src,
+                              braid__desc *theirs);
+
+/* An unexpected internal message of this communicator from a collective
+   before seq (or up to seq when inclusive), in wrapped tag arithmetic: 1
+   with its source, header and tag sequence number, else 0. */
+int braid__match_find_stale(struct braid_comm *c, uint64_t seq, int inclusive, int *src, braid__msg_hdr *h,
+                            uint64_t *tag_seq);
+
+/* Destroy: takes every queued entry off, oldest first; NULL when empty. */
+braid__umsg *braid__match_pop_unexpected(struct braid_comm *c);
+braid__req *braid__match_pop_posted(struct braid_comm *c);
+
+#endif

@@ -1,0 +1,67 @@
+/*
+ * Every environment parameter braid reads, one row each:
+ *
+ *   X(ID, "BRAID_NAME", TYPE, "default text" or NULL, "one-line doc")
+ *
+ * TYPE is STRING, INT, SECONDS or SIZE. The default is written here and
+ * nowhere else: numeric accessors parse it with the parser that reads the
+ * variable (core/params.h), braid-info prints it, and docs/ENVIRONMENT.md
+ * holds the table braid-info --markdown generates from this list. NULL means
+ * there is no default value (the variable is optional, or unset means an
+ * automatic choice the doc describes). The name is "BRAID_" followed by ID.
+ */
+#ifndef BRAID_PARAMS_LIST_H
+#define BRAID_PARAMS_LIST_H
+
+#define BRAID_PARAM_LIST(X)                                                                                           \
+  X(BACKEND, "BRAID_BACKEND", STRING, NULL,                                                                           \
+    "backend of braid_init(NULL); unset: self for one rank, shm on one host; backends: self, shm (more may come)")    \
+  X(RANK, "BRAID_RANK", INT, "0", "this process's rank in the job")                                                   \
+  X(WORLD_SIZE, "BRAID_WORLD_SIZE", INT, "1", "number of ranks in the job")                                           \
+  X(LOCAL_RANK, "BRAID_LOCAL_RANK", INT, NULL,                                                                        \
+    "this process's rank among the job's ranks on its host (set with BRAID_LOCAL_SIZE; else derived)")                \
+  X(LOCAL_SIZE, "BRAID_LOCAL_SIZE", INT, NULL,                                                                        \
+    "number of the job's ranks on this host (set with BRAID_LOCAL_RANK)")                                             \
+  X(STORE, "BRAID_STORE", STRING, NULL,                                                                               \
+    "host:port ([addr]:port for IPv6) of the rendezvous store; overrides MASTER_ADDR/MASTER_PORT")                    \
+  X(STORE_EXTERNAL, "BRAID_STORE_EXTERNAL", INT, "0",                                                                 \
+    "1: the store at BRAID_STORE is already running (braidrun); 0: rank 0 starts it")                                 \
+  X(TOKEN, "BRAID_TOKEN", STRING, NULL,                                                                               \
+    "job secret, 64 hex digits, authenticating every store connection; unset: loopback-only store")                   \
+  X(JOB_ID, "BRAID_JOB_ID", STRING, NULL,                                                                             \
+    "namespace of the job's store keys (default: the launcher's job id); required with BRAID_STORE_EXTERNAL=1")       \
+  X(INIT_TIMEOUT, "BRAID_INIT_TIMEOUT", SECONDS, "60",                                                                \
+    "seconds braid_init waits for the store and for every rank to join (0 = forever)")                                \
+  X(PORT_RANGE, "BRAID_PORT_RANGE", STRING, NULL,                                                                     \
+    "ports for data-plane listeners, e.g. 29500-29600 (busy ports are skipped); unset: any free port")                \
+  X(IFNAME, "BRAID_IFNAME", STRING, NULL, "network interface whose address data-plane listeners use, e.g. eth0")      \
+  X(ADDR, "BRAID_ADDR", STRING, NULL, "numeric address data-plane listeners bind and advertise")                      \
+  X(TIMEOUT, "BRAID_TIMEOUT", SECONDS, "300",                                                                         \
+    "seconds a blocking call may wait without progress before BRAID_ERR_TIMEOUT (decimals allowed; 0 = forever)")     \
+  X(DESTROY_TIMEOUT, "BRAID_DESTROY_TIMEOUT", SECONDS, "5",                                                           \
+    "seconds braid_destroy spends completing pending operations before abandoning them")                              \
+  X(ALGO, "BRAID_ALGO", STRING, NULL,                                                                                 \
+    "per-collective algorithm override, e.g. allreduce=ring,broadcast=tree; names: braid-info")                       \
+  X(CHECK, "BRAID_CHECK", INT, "1",                                                                                   \
+    "1 checks on every collective that all ranks made the same call (op, dtype, count, root/op) and fails with "      \
+    "BRAID_ERR_MISMATCH naming both calls; 0 turns the check off")                                                    \
+  X(LOG, "BRAID_LOG", STRING, "warn", "log level: error, warn, info, debug, trace (or off)")                          \
+  X(LOG_SUBSYS, "BRAID_LOG_SUBSYS", STRING, "all",                                                                    \
+    "comma list of subsystems to log: init, coll, p2p, shm, tcp, boot, env")                                          \
+  X(LOG_FILE, "BRAID_LOG_FILE", STRING, NULL, "append log lines to this file instead of stderr; %h = host, %p = pid") \
+  X(SHM_BUFFER, "BRAID_SHM_BUFFER", SIZE, "8M",                                                                       \
+    "shm backend: shared staging bytes per rank (K/M/G suffix); bounds memory for large operations")                  \
+  X(SHM_CMA, "BRAID_SHM_CMA", INT, "1",                                                                               \
+    "shm backend: 1 uses single-copy process_vm_readv/writev when the kernel allows it, 0 copies through shared "     \
+    "memory")                                                                                                         \
+  X(SHM_CMA_MIN, "BRAID_SHM_CMA_MIN", SIZE, "256M",                                                                   \
+    "shm backend: collectives of at least this many bytes use single copy (when available; messages above 8 KiB "     \
+    "always do)")                                                                                                     \
+  X(SHM_ZEROCOPY, "BRAID_SHM_ZEROCOPY", INT, "1",                                                                     \
+    "shm backend: 1 lets peers read braid_mem_alloc buffers in place when the kernel allows it, 0 copies them "       \
+    "like other memory")                                                                                              \
+  X(SHM_MEMBARRIER, "BRAID_SHM_MEMBARRIER", INT, "1",                                                                 \
+    "shm backend: 1 pairs wake-ups with membarrier when the kernel allows it (no fence per send), 0 fences both "     \
+    "sides")
+
+#endif

@@ -1,0 +1,132 @@
+#include "core/subcomm.h"
+
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "bootstrap/bootstrap.h"
+#include "core/wait.h"
+#include "os/time.h"
+
+uint64_t braid__child_id(uint64_t parent, uint32_t ordinal, uint32_t color) {
+  uint64_t x = parent * 0x9E3779B97F4A7C15ull ^ ((uint64_t)ordinal << 32 | color);
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return (x ^ (x >> 31)) | 1;
+}
+
+static int has_native(const braid__backend *ops, int kind) {
+  switch (kind) {
+  case BRAID__COLL_ALL_REDUCE: return ops->all_reduce != NULL;
+  case BRAID__COLL_BROADCAST: return ops->broadcast != NULL;
+  case BRAID__COLL_ALL_GATHER: return ops->all_gather != NULL;
+  case BRAID__COLL_REDUCE_SCATTER: return ops->reduce_scatter != NULL;
+  case BRAID__COLL_BARRIER: return ops->barrier != NULL;
+  default: return 0;
+  }
+}
+
+braid_status braid__comm_start(braid_comm *c) {
+  for (int k = 1; k < BRAID__COLL_NKINDS; k++)
+    if (c->algo[k] == 1 /* BRAID__ALGO_NATIVE */ && !has_native(c->ops, k))
+      return braid__fail(c, BRAID_ERR_INVALID_ARG, "BRAID_ALGO asks for a native %s but backend %s has none",
+                         braid__coll_short_name(k), c->ops->name);
+  braid__live_add(c);
+  return BRAID_OK;
+}
+
+braid_status braid__comm_sub(braid_comm *parent, const braid__backend *ops, const int *members, int n, int newrank,
+                             uint32_t ordinal, uint32_t color, braid_comm **out) {
+  *out = NULL;
+  if ((ops->caps & BRAID__CAP_SINGLE_RANK) && n > 1)
+    return braid__fail(parent, BRAID_ERR_UNSUPPORTED, "backend %s cannot hold %d ranks", ops->name, n);
+  braid_comm *child = braid__comm_alloc();
+  if (!child) return braid__fail(parent, BRAID_ERR_NO_MEMORY, "out of memory for the new communicator");
+  child->ops = ops;
+  child->rank = newrank;
+  child->size = n;
+  child->id = braid__child_id(parent->id, ordinal, color);
+  child->timeout_s = parent->timeout_s;
+  child->destroy_timeout_s = parent->destroy_timeout_s;
+  child->check = parent->check;
+  for (int k = 0; k < BRAID__COLL_NKINDS; k++) child->algo[k] = parent->algo[k];
+  child->call = parent->call;
+  braid_status st = BRAID_OK;
+  if (parent->boot) {
+    char err[BRAID_ERRLEN] = "";
+    st = braid__bootstrap_split(parent->boot, newrank, n, child->id, &child->boot, err, sizeof err);
+    if (st) braid__fail(child, st, "%s", err);
+  }
+  if (!st) st = (ops == parent->ops && ops->split) ? ops->split(parent, child, members, n) : ops->init(child);
+  if (!st) st = braid__comm_start(child);
+  if (st) {
+    if (!atomic_load(&parent->failed) && child->last_error[0]) {
+      /* The child's sentence already names the call and this rank. */
+      pthread_mutex_lock(&parent->err_lock);
+      snprintf(parent->last_error, sizeof parent->last_error, "%s", child->last_error);
+      pthread_mutex_unlock(&parent->err_lock);
+      braid__set_thread_error(child->last_error);
+    }
+    if (child->be) child->ops->destroy(child, 0);
+    child->be = NULL;
+    braid__bootstrap_free(child->boot, 0);
+    braid__comm_free(child);
+    return st;
+  }
+  child->call = NULL;
+  *out = child;
+  return BRAID_OK;
+}
+
+/* Bounded best effort: progress until nothing is pending or time is up. */
+static void drain(braid_comm *c, double timeout_s) {
+  double deadline = braid__now() + timeout_s;
+  while (c->npending && !atomic_load(&c->failed) && !braid__aborted(c) && braid__now() < deadline) {
+    if (c->ops->progress(c)) break;
+    if (c->npending) sched_yield();
+  }
+  int ns = 0, nr = 0, nu = (int)c->match.nunexp;
+  for (braid__req *r = c->pending; r; r = r->pend_next)
+    if (!r->done) {
+      if (r->is_send) ns++;
+      else nr++;
+    }
+  if (ns || nr)
+    BLOG_WARN(BRAID_SUB_P2P, c->rank,
+              "braid_destroy: abandoned %d unfinished send(s) and %d unmatched receive(s) after waiting %g s", ns, nr,
+              timeout_s);
+  if (nu) BLOG_WARN(BRAID_SUB_P2P, c->rank, "braid_destroy: dropped %d message(s) that were never received", nu);
+}
+
+void braid__comm_release(braid_comm *c, double timeout_s) {
+  pthread_mutex_lock(&c->lock);
+  c->call = "braid_destroy";
+  if (timeout_s < 0) timeout_s = c->destroy_timeout_s;
+  if (atomic_load(&c->failed)) timeout_s = 0;
+  braid__live_remove(c);
+  if (c->be) {
+    drain(c, timeout_s);
+    /* Completed user operations go now; the rest belong to the backend or
+       the matcher and are dropped by them below. */
+    while (c->pending) {
+      braid__req *r = c->pending;
+      c->pending = r->pend_next;
+      if (r->done) braid__req_release(c, r);
+    }
+    c->pending_tail = &c->pending;
+    braid__req *r;
+    while ((r = braid__match_pop_posted(c))) braid__req_drop(c, r);
+    braid__umsg *u;
+    while ((u = braid__match_pop_unexpected(c))) {
+      if (c->ops->release_umsg) c->ops->release_umsg(c, u);
+      free(u);
+    }
+    c->ops->destroy(c, timeout_s);
+    c->be = NULL;
+  }
+  braid__bootstrap_free(c->boot, timeout_s);
+  c->boot = NULL;
+  c->call = NULL;
+  pthread_mutex_unlock(&c->lock);
+  braid__comm_free(c);
+}

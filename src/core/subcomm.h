@@ -1,0 +1,34 @@
+/* Communicators made from another: split children and sub-communicators of
+   another backend over a subset of ranks (a hierarchical backend's node-local
+   and cross-node parts). */
+#ifndef BRAID_SUBCOMM_H
+#define BRAID_SUBCOMM_H
+
+#include <stdint.h>
+
+#include "core/comm.h"
+
+/* The id of the child made by the ordinal-th split of parent with color:
+   unique within a job, never 0. */
+uint64_t braid__child_id(uint64_t parent, uint32_t ordinal, uint32_t color);
+
+/* Builds a communicator of backend ops whose rank i is parent rank
+   members[i]; this rank is member newrank. Collective over the members
+   only; every member passes the same members, ordinal and color. A backend
+   the same as the parent's uses its split hook, any other its init over the
+   child's store namespace. Settings (timeouts, check, algorithms) are the
+   parent's. Errors are recorded on parent too. */
+braid_status braid__comm_sub(braid_comm *parent, const braid__backend *ops, const int *members, int n, int newrank,
+                             uint32_t ordinal, uint32_t color, braid_comm **out);
+
+/* Frees a communicator made by braid__comm_sub or braid_init (called
+   without its lock): bounded completion of pending work (timeout_s; < 0:
+   its destroy timeout; 0 when it failed), the backend's state, the
+   bootstrap state, the object. */
+void braid__comm_release(braid_comm *c, double timeout_s);
+
+/* After a backend's init: checks forced algorithms against what it has and
+   joins the live communicators. */
+braid_status braid__comm_start(braid_comm *c);
+
+#endif

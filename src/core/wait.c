@@ -1,0 +1,316 @@
+/* The wait/progress engine (see wait.h), the registry of live communicators
+   that lets a rank blocked in one communicator serve the others, and the
+   spread of a fatal failure to every rank. */
+#include "core/wait.h"
+
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bootstrap/bootstrap.h"
+#include "core/tag.h"
+#include "os/time.h"
+
+#define LIVE_CHECK_S 0.1   /* liveness and the cross-rank check, while a wait is slow */
+#define STORE_CHECK_S 0.5  /* failures published in the store */
+#define STORE_REPLY_S 0.5  /* bound of one store look-up from inside a wait */
+#define MAX_SLEEP_S 0.1    /* a sleeper wakes at least this often to run the checks */
+
+/* ---------------------------------------------------------------- live communicators */
+
+static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+static braid_comm *live_head;
+static atomic_int live_count;
+
+void braid__live_add(braid_comm *c) {
+  pthread_mutex_lock(&live_lock);
+  c->live_next = live_head;
+  live_head = c;
+  atomic_fetch_add(&live_count, 1);
+  pthread_mutex_unlock(&live_lock);
+}
+
+void braid__live_remove(braid_comm *c) {
+  pthread_mutex_lock(&live_lock);
+  for (braid_comm **p = &live_head; *p; p = &(*p)->live_next)
+    if (*p == c) {
+      *p = c->live_next;
+      atomic_fetch_sub(&live_count, 1);
+      break;
+    }
+  pthread_mutex_unlock(&live_lock);
+}
+
+int braid__progress_others(braid_comm *c) {
+  int busy = 0;
+  pthread_mutex_lock(&live_lock);
+  for (braid_comm *o = live_head; o; o = o->live_next) {
+    if (o == c) continue;
+    /* A communicator in use by a call (this thread's or another's) makes
+       its own progress; trylock also keeps the lock order free of cycles. */
+    if (pthread_mutex_trylock(&o->lock) != 0) continue;
+    if (o->npending && o->be && !atomic_load(&o->failed)) {
+      braid_status st = o->ops->progress(o);
+      if (st == BRAID_OK && o->npending) busy++;
+    }
+    pthread_mutex_unlock(&o->lock);
+  }
+  pthread_mutex_unlock(&live_lock);
+  return busy;
+}
+
+/* ---------------------------------------------------------------- failure spread */
+
+/* Store value of a published failure: "<status> <origin rank> <sentence>". */
+#define FAIL_KEY "fail"
+
+void braid__publish_failure(braid_comm *c) {
+  int st = atomic_load(&c->failed);
+  if (!st || c->fail_published) return;
+  c->fail_published = 1;
+  char text[BRAID_ERRLEN];
+  pthread_mutex_lock(&c->err_lock);
+  snprintf(text, sizeof text, "%s", c->fatal_text);
+  pthread_mutex_unlock(&c->err_lock);
+  /* A failure that came from another rank is already on its way. */
+  if (c->ops->publish_failure && c->be) c->ops->publish_failure(c, (braid_status)st, text);
+  if (c->boot) {
+    char val[BRAID_ERRLEN + 32];
+    int n = snprintf(val, sizeof val, "%d %d %s", st, c->rank, text);
+    if (n > 0 && braid__boot_set(c->boot, FAIL_KEY, val, strlen(val)) != BRAID_OK)
+      BLOG_DEBUG(BRAID_SUB_COLL, c->rank, "could not publish the failure in the store");
+  }
+}
+
+/* What survivors are told: a collective mismatch stays a mismatch (the same
+   sentence on every rank); anything else is another rank's failure. */
+static braid_status relay(braid_comm *c, braid_status st, int origin, const char *text) {
+  char msg[BRAID_ERRLEN];
+  const char *call = c->call ? c->call : "braid";
+  c->fail_published = 1; /* the origin told everyone */
+  if (st == BRAID_ERR_MISMATCH) return braid__fail_relayed(c, st, text);
+  if (st == BRAID_ERR_ABORTED)
+    snprintf(msg, sizeof msg, "%s: rank %d aborted the communicator", call, origin);
+  else if (st == BRAID_ERR_PEER_LOST)
+    snprintf(msg, sizeof msg, "%s: rank %d reported: %s", call, origin, text);
+  else if (st == BRAID_ERR_TIMEOUT)
+    snprintf(msg, sizeof msg, "%s: rank %d failed (timeout): %s", call, origin, text);
+  else
+    snprintf(msg, sizeof msg, "%s: rank %d failed (%s): %s", call, origin, braid_status_string(st), text);
+  return braid__fail_relayed(c, BRAID_ERR_PEER_LOST, msg);
+}
+
+int braid__poll_remote_failure(braid_comm *c, int use_store) {
+  if (atomic_load(&c->failed)) return 1;
+  char text[BRAID_ERRLEN];
+  braid_status st;
+  int origin;
+  if (c->ops->remote_failure && c->be && c->ops->remote_failure(c, &st, &origin, text, sizeof text)) {
+    relay(c, st, origin, text);
+    return 1;
+  }
+  if (!use_store || !c->boot) return 0;
+  void *v = NULL;
+  size_t len = 0;
+  if (braid__boot_peek(c->boot, FAIL_KEY, &v, &len, STORE_REPLY_S) != 1) return 0;
+  char buf[BRAID_ERRLEN + 32];
+  snprintf(buf, sizeof buf, "%.*s", (int)(len < sizeof buf ? len : sizeof buf - 1), (const char *)v);
+  free(v);
+  int code = 0, off = 0;
+  origin = -1;
+  if (sscanf(buf, "%d %d %n", &code, &origin, &off) < 2 || code <= 0 || origin == c->rank) return 0;
+  relay(c, (braid_status)code, origin, buf + off);
+  return 1;
+}
+
+/* ---------------------------------------------------------------- describing waits */
+
+int braid__pending_peer(braid_comm *c) {
+  for (braid__req *r = c->pending; r; r = r->pend_next)
+    if (!r->done) return r->peer;
+  return -1;
+}
+
+void braid__describe_pending(braid_comm *c, char *out, size_t len) {
+  if (c->desc.kind != BRAID__COLL_NONE) {
+    char d[160];
+    braid__desc_format(&c->desc, d, sizeof d);
+    snprintf(out, len, "its part of %s (collective #%llu)", d, (unsigned long long)c->seq);
+    return;
+  }
+  int nrecv = 0, nsend = 0;
+  braid__req *first = NULL;
+  for (braid__req *r = c->pending; r; r = r->pend_next) {
+    if (r->done) continue;
+    if (!first) first = r;
+    if (r->is_send) nsend++;
+    else nrecv++;
+  }
+  if (!first)
+    snprintf(out, len, "pending operations");
+  else if (!first->is_send)
+    snprintf(out, len, "%d pending receive(s) (first: tag %u, %zu bytes)", nrecv, (unsigned)first->h.tag,
+             first->bytes);
+  else
+    snprintf(out, len, "it to receive the message with tag %u (%zu bytes) of %d pending operation(s)",
+             (unsigned)first->h.tag, first->bytes, nrecv + nsend);
+}
+
+/* ---------------------------------------------------------------- the engine */
+
+void braid__wait_begin(braid__waiter *w) { memset(w, 0, sizeof *w); }
+
+void braid__wait_end(braid_comm *c, braid__waiter *w) {
+  if (w->armed && c->ops->disarm) c->ops->disarm(c);
+  w->armed = 0;
+}
+
+#define WHAT (what ? what : (braid__describe_pending(c, desc, sizeof desc), desc))
+
+static braid_status fail_published(braid_comm *c, braid_status st) {
+  braid__publish_failure(c);
+  return st;
+}
+
+/* The cross-rank call check while this rank waits inside a collective:
+   another rank's descriptor of this collective, learned from the backend
+   or from an early message of it, that differs from this rank's. */
+static braid_status cross_check(braid_comm *c, int peer) {
+  if (!c->check || c->desc.kind == BRAID__COLL_NONE) return BRAID_OK;
+  braid__desc d;
+  if (c->ops->peer_desc) {
+    for (int q = peer >= 0 ? peer : 0; q < (peer >= 0 ? peer + 1 : c->size); q++) {
+      if (q == c->rank) continue;
+      if (c->ops->peer_desc(c, q, c->seq, &d) && !braid__desc_equal(&d, &c->desc))
+        return braid__coll_mismatch(c, q, &d);
+    }
+  }
+  int src;
+  if (braid__match_find_foreign(c, c->seq, &c->desc, &src, &d)) return braid__coll_mismatch(c, src, &d);
+  return BRAID_OK;
+}
+
+static braid_status checks(braid_comm *c, braid__waiter *w, int peer, const char *what, double now) {
+  char desc[192];
+  braid_status st;
+  if (braid__aborted(c)) {
+    st = braid__fail(c, BRAID_ERR_ABORTED, "aborted while waiting for rank %d: %s", peer, WHAT);
+    return fail_published(c, st);
+  }
+  int failed = atomic_load(&c->failed);
+  if (failed) return (braid_status)failed;
+  if (braid__poll_remote_failure(c, now >= w->next_remote)) return (braid_status)atomic_load(&c->failed);
+  if (now >= w->next_remote) w->next_remote = now + STORE_CHECK_S;
+  if (now >= w->next_live) {
+    w->next_live = now + LIVE_CHECK_S;
+    if ((st = c->ops->check_peers(c, peer, WHAT))) return fail_published(c, st);
+    if ((st = cross_check(c, peer))) return fail_published(c, st);
+  }
+  if (now >= w->deadline) {
+    st = braid__fail(c, BRAID_ERR_TIMEOUT, "timed out after %g s waiting for rank %d: %s", c->timeout_s, peer, WHAT);
+    return fail_published(c, st);
+  }
+  return BRAID_OK;
+}
+
+#undef WHAT
+
+braid_status braid__wait_slow(braid_comm *c, braid__waiter *w, int peer, const char *what) {
+  double now = braid__now();
+  if (w->start == 0) {
+    w->start = now;
+    w->deadline = braid__deadline(c->timeout_s);
+    w->next_live = now + LIVE_CHECK_S;
+    w->next_remote = now + STORE_CHECK_S;
+    w->moved = c->moved;
+  } else if (c->moved != w->moved) {
+    /* Data moved: not a stall. Back to spinning; the deadline restarts. */
+    w->moved = c->moved;
+    w->deadline = braid__deadline(c->timeout_s);
+    w->spins = 0;
+    w->start = now;
+  }
+  braid_status st = checks(c, w, peer, what, now);
+  if (!st && c->npending) {
+    st = c->ops->progress(c);
+    if (st) fail_published(c, st);
+  }
+  if (st) {
+    braid__wait_end(c, w);
+    return st;
+  }
+  if (w->spins < c->spin_limit) return BRAID_OK;
+  /* Another communicator's transfer may be what the awaited peer waits
+     for; while one is pending this rank keeps polling instead of sleeping. */
+  int others = atomic_load_explicit(&live_count, memory_order_relaxed) > 1 ? braid__progress_others(c) : 0;
+  if (others || now - w->start < c->yield_s) {
+    sched_yield();
+    return BRAID_OK;
+  }
+  if (!w->armed) {
+    /* Announce, then let the caller re-check its condition before sleeping:
+       a waker that missed the announcement posted before the re-check. */
+    if (!c->ops->arm(c)) {
+      sched_yield();
+      return BRAID_OK;
+    }
+    w->armed = 1;
+    return BRAID_OK;
+  }
+  double slice = MAX_SLEEP_S;
+  if (w->deadline - now < slice) slice = w->deadline - now;
+  if (w->next_live - now < slice) slice = w->next_live - now;
+  if (slice < 0) slice = 0;
+  c->ops->sleep(c, slice);
+  w->armed = 0;
+  return BRAID_OK;
+}
+
+static int reqs_done(braid__req *const *reqs, int n, int *peer) {
+  for (int i = 0; i < n; i++)
+    if (reqs[i] && !reqs[i]->done) {
+      *peer = reqs[i]->peer;
+      return 0;
+    }
+  return 1;
+}
+
+braid_status braid__wait_reqs(braid_comm *c, braid__req *const *reqs, int n) {
+  int failed = atomic_load(&c->failed);
+  if (failed) return (braid_status)failed;
+  int peer = -1;
+  if (reqs_done(reqs, n, &peer)) return BRAID_OK;
+  braid_status st = c->ops->progress(c);
+  if (st) return fail_published(c, st);
+  braid__waiter w;
+  braid__wait_begin(&w);
+  while (!reqs_done(reqs, n, &peer)) {
+    if ((st = braid__wait_poll(c, &w, peer, NULL))) return st;
+    if ((st = c->ops->progress(c))) {
+      braid__wait_end(c, &w);
+      return fail_published(c, st);
+    }
+  }
+  braid__wait_end(c, &w);
+  return BRAID_OK;
+}
+
+braid_status braid__wait_idle(braid_comm *c) {
+  int failed = atomic_load(&c->failed);
+  if (failed) return (braid_status)failed;
+  braid_status st = c->npending ? c->ops->progress(c) : BRAID_OK;
+  if (st) return fail_published(c, st);
+  if (!c->npending) return BRAID_OK;
+  braid__waiter w;
+  braid__wait_begin(&w);
+  while (c->npending) {
+    if ((st = braid__wait_poll(c, &w, braid__pending_peer(c), NULL))) return st;
+    if ((st = c->ops->progress(c))) {
+      braid__wait_end(c, &w);
+      return fail_published(c, st);
+    }
+  }
+  braid__wait_end(c, &w);
+  return BRAID_OK;
+}

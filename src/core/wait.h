@@ -1,0 +1,72 @@
+/* The one wait/progress engine. A caller that waits for a condition polls
+   it and calls braid__wait_poll between polls: a bounded spin with pause,
+   then every ~64 spins the checks (abort, failures other ranks published,
+   peer liveness every ~100 ms, the cross-rank call check, the deadline),
+   progress of this communicator's pending transfers and of the process's
+   other communicators, then sched_yield, then sleep through the backend's
+   arm/sleep hooks. The deadline (c->timeout_s) restarts whenever data moves
+   (c->moved). */
+#ifndef BRAID_WAIT_H
+#define BRAID_WAIT_H
+
+#include <stdint.h>
+
+#include "core/comm.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define braid__cpu_relax() _mm_pause()
+#elif defined(__aarch64__)
+#define braid__cpu_relax() __asm__ __volatile__("yield" ::: "memory")
+#else
+#define braid__cpu_relax() ((void)0)
+#endif
+
+typedef struct braid__waiter {
+  unsigned spins;
+  int armed;
+  int left_seen;        /* backends: the awaited peer announced it left; one more look */
+  uint64_t moved;       /* c->moved when the deadline was last restarted */
+  double start, deadline, next_live, next_remote, next_check;
+} braid__waiter;
+
+void braid__wait_begin(braid__waiter *w);
+/* The slow part: every 64 spins, and every call after the spin phase. */
+braid_status braid__wait_slow(braid_comm *c, braid__waiter *w, int peer, const char *what);
+static inline braid_status braid__wait_poll(braid_comm *c, braid__waiter *w, int peer, const char *what) {
+  w->spins++;
+  if (w->spins < c->spin_limit) {
+    braid__cpu_relax();
+    if (w->spins & 63) return BRAID_OK;
+  }
+  return braid__wait_slow(c, w, peer, what);
+}
+/* After the condition became true (disarms a pending sleep). */
+void braid__wait_end(braid_comm *c, braid__waiter *w);
+
+/* Waits until every request of reqs (NULL entries skipped) is complete;
+   peer and what describe the wait for messages (-1 / NULL: the oldest
+   pending operation). */
+braid_status braid__wait_reqs(braid_comm *c, braid__req *const *reqs, int n);
+/* Waits until c has no pending operation (braid_sync). */
+braid_status braid__wait_idle(braid_comm *c);
+
+/* Describes the oldest pending point-to-point operation of c, for messages. */
+void braid__describe_pending(braid_comm *c, char *out, size_t len);
+/* The rank the oldest pending operation waits for, -1 if none. */
+int braid__pending_peer(braid_comm *c);
+
+/* Live communicators of this process: progress in one serves the others. */
+void braid__live_add(braid_comm *c);
+void braid__live_remove(braid_comm *c);
+/* Progresses the other live communicators whose locks are free; returns how
+   many still have transfers pending. */
+int braid__progress_others(braid_comm *c);
+
+/* Failure spread: publishes c's fatal error (once) to every rank through
+   the backend's channel and the store; and reads one another rank
+   published (1 and c failed with it). */
+void braid__publish_failure(braid_comm *c);
+int braid__poll_remote_failure(braid_comm *c, int use_store);
+
+#endif

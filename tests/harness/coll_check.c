@@ -1,0 +1,296 @@
+/* Collective checks shared by the backend tests (see coll_check.h). */
+#include "coll_check.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+
+static const char *coll_names[] = {"all_reduce", "broadcast", "all_gather", "reduce_scatter"};
+
+const braid_dtype bt_all_dtypes[BT_NDTYPES] = {BRAID_F64, BRAID_F32, BRAID_F16, BRAID_BF16, BRAID_FP8_E4M3, BRAID_FP8_E5M2,
+                                         BRAID_I64, BRAID_I32, BRAID_I16,  BRAID_I8,   BRAID_U64,      BRAID_U32,
+                                         BRAID_U16, BRAID_U8,  BRAID_BOOL, BRAID_C64,  BRAID_C128};
+
+static int is_float(braid_dtype d) { return d <= BRAID_FP8_E5M2; }
+static int is_complex(braid_dtype d) { return d == BRAID_C64 || d == BRAID_C128; }
+static int is_signed(braid_dtype d) { return d >= BRAID_I64 && d <= BRAID_I8; }
+static int is_int(braid_dtype d) { return d >= BRAID_I64 && d <= BRAID_U8; }
+
+int bt_op_ok(braid_dtype d, braid_op op) {
+  if (is_complex(d)) return op == BRAID_SUM || op == BRAID_PROD || op == BRAID_AVG;
+  if (is_float(d)) return op <= BRAID_AVG;
+  if (d == BRAID_BOOL) return op != BRAID_AVG;
+  return 1;
+}
+
+/* Exact small values in a binary float format (normal numbers only). */
+static uint32_t enc_small(double x, int ebits, int mbits) {
+  if (x == 0) return 0;
+  uint32_t sign = x < 0;
+  x = fabs(x);
+  int e;
+  double m = frexp(x, &e); /* x = m * 2^e, m in [0.5, 1) */
+  int bias = (1 << (ebits - 1)) - 1;
+  uint32_t be = (uint32_t)(e - 1 + bias);
+  uint32_t mant = (uint32_t)((m * 2 - 1) * (double)(1u << mbits));
+  return sign << (ebits + mbits) | be << mbits | mant;
+}
+
+static void encode(braid_dtype d, void *out, double re, double im, uint64_t bits, int use_bits) {
+  switch (d) {
+  case BRAID_F64: { double v = re; memcpy(out, &v, 8); break; }
+  case BRAID_F32: { float v = (float)re; memcpy(out, &v, 4); break; }
+  case BRAID_F16: { uint16_t v = (uint16_t)enc_small(re, 5, 10); memcpy(out, &v, 2); break; }
+  case BRAID_BF16: { uint16_t v = (uint16_t)enc_small(re, 8, 7); memcpy(out, &v, 2); break; }
+  case BRAID_FP8_E4M3: { uint8_t v = (uint8_t)enc_small(re, 4, 3); memcpy(out, &v, 1); break; }
+  case BRAID_FP8_E5M2: { uint8_t v = (uint8_t)enc_small(re, 5, 2); memcpy(out, &v, 1); break; }
+  case BRAID_C64: { float v[2] = {(float)re, (float)im}; memcpy(out, v, 8); break; }
+  case BRAID_C128: { double v[2] = {re, im}; memcpy(out, v, 16); break; }
+  default: {
+    uint64_t v = use_bits ? bits : (uint64_t)(int64_t)re;
+    memcpy(out, &v, braid_dtype_size(d)); /* little endian: the low bytes */
+    break;
+  }
+  }
+}
+
+static uint64_t mix(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+typedef struct val {
+  double re, im;
+  uint64_t bits;
+} val;
+
+/* Input element i of rank r for (dtype, op): small integers so every order of
+   reduction is exact. */
+static val input(braid_dtype d, braid_op op, int r, size_t i) {
+  val v = {0, 0, 0};
+  int fp8 = d == BRAID_FP8_E4M3 || d == BRAID_FP8_E5M2;
+  switch (op) {
+  case BRAID_AVG: v.re = (double)((i * 7 + 3) % 4); v.im = (double)(i % 3); break;
+  case BRAID_SUM:
+    if (d == BRAID_BOOL) v.re = (double)(((size_t)r + i) % 3);
+    else v.re = fp8 ? (double)(((size_t)r + i) % 2) : (double)(((size_t)r + 2 * i) % 4);
+    v.im = (double)(((size_t)r + i) % 3);
+    break;
+  case BRAID_PROD:
+    if (d == BRAID_BOOL) v.re = (double)(((size_t)r * 2 + i) % 3);
+    else if (is_complex(d)) { v.re = 1; v.im = (double)(((size_t)r + i) % 2); }
+    else v.re = (double)(1 + ((size_t)r + i) % 2);
+    break;
+  case BRAID_MIN:
+  case BRAID_MAX:
+    if (d == BRAID_BOOL) v.re = (double)(((size_t)r + i) % 3);
+    else v.re = (double)(((size_t)r * 5 + i * 3) % 7) - ((is_signed(d) || is_float(d)) ? 3.0 : 0.0);
+    break;
+  default:
+    if (d == BRAID_BOOL) v.re = (double)(((size_t)r + i) % 2);
+    else v.bits = mix((uint64_t)r * 1000003u + i);
+    break;
+  }
+  if (d == BRAID_BOOL) v.bits = (uint64_t)v.re;
+  return v;
+}
+
+void bt_put_input(braid_dtype d, braid_op op, int r, size_t i, void *out) {
+  val v = input(d, op, r, i);
+  encode(d, out, v.re, v.im, v.bits, d == BRAID_BOOL || (is_int(d) && op >= BRAID_BAND));
+}
+
+void bt_put_expected(braid_dtype d, braid_op op, int n, size_t i, void *out) {
+  val acc = input(d, op, 0, i);
+  for (int r = 1; r < n; r++) {
+    val v = input(d, op, r, i);
+    switch (op) {
+    case BRAID_SUM: acc.re += v.re; acc.im += v.im; break;
+    case BRAID_AVG: break; /* identical inputs: the average is the input */
+    case BRAID_PROD:
+      if (is_complex(d)) {
+        double re = acc.re * v.re - acc.im * v.im, im = acc.re * v.im + acc.im * v.re;
+        acc.re = re;
+        acc.im = im;
+      } else {
+        acc.re *= v.re;
+      }
+      break;
+    case BRAID_MIN: acc.re = fmin(acc.re, v.re); break;
+    case BRAID_MAX: acc.re = fmax(acc.re, v.re); break;
+    case BRAID_BAND: acc.bits &= v.bits; break;
+    case BRAID_BOR: acc.bits |= v.bits; break;
+    default: acc.bits ^= v.bits; break;
+    }
+  }
+  if (d == BRAID_BOOL) {
+    int t;
+    if (op == BRAID_SUM || op == BRAID_MAX || op == BRAID_BOR || op == BRAID_AVG) {
+      t = 0;
+      for (int r = 0; r < n; r++) t |= input(d, op, r, i).re != 0;
+    } else if (op == BRAID_PROD || op == BRAID_MIN || op == BRAID_BAND) {
+      t = 1;
+      for (int r = 0; r < n; r++) t &= input(d, op, r, i).re != 0;
+    } else {
+      t = 0;
+      for (int r = 0; r < n; r++) t ^= input(d, op, r, i).re != 0;
+    }
+    uint8_t b = (uint8_t)t;
+    memcpy(out, &b, 1);
+    return;
+  }
+  encode(d, out, acc.re, acc.im, acc.bits, is_int(d) && op >= BRAID_BAND);
+}
+
+uint64_t bt_fnv(const void *p, size_t len) {
+  const unsigned char *b = p;
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < len; i++) h = (h ^ b[i]) * 1099511628211ull;
+  return h;
+}
+
+/* ---------------------------------------------------------------- collectives */
+
+void *bt_buf_alloc(int braid_mem, size_t bytes) {
+  void *p = NULL;
+  if (!braid_mem) return malloc(bytes);
+  return braid_mem_alloc(&p, bytes) == BRAID_OK ? p : NULL;
+}
+
+void bt_buf_free(int braid_mem, void *p) {
+  if (braid_mem) braid_mem_free(p);
+  else free(p);
+}
+
+#define GUARD 64
+
+/* One collective with checks of results, guards, send buffers and bitwise identity. */
+int bt_coll_one(braid_comm *c, int rank, int n, const ccase *k) {
+  size_t es = braid_dtype_size(k->dt), cnt = k->count;
+  size_t in_elems = k->coll == C_RS ? cnt * (size_t)n : cnt;
+  size_t out_elems = k->coll == C_AG ? cnt * (size_t)n : cnt;
+  size_t big = (in_elems > out_elems ? in_elems : out_elems) * es;
+  int bm = k->mem == 1 || (k->mem == 2 && rank % 2 == 0);
+  unsigned char *sraw = bt_buf_alloc(bm, big + 2 * GUARD + 8), *rraw = bt_buf_alloc(bm, big + 2 * GUARD + 8);
+  unsigned char *want = malloc(out_elems * es + 1), *copy = malloc(in_elems * es + 1);
+  BT_CHECK(sraw && rraw && want && copy, "out of memory");
+  unsigned char *sbuf = sraw + GUARD + k->mis, *rbuf = rraw + GUARD + k->mis;
+  memset(sraw, 0xA5, big + 2 * GUARD + 8);
+  memset(rraw, 0x5A, big + 2 * GUARD + 8);
+  int root = (int)(k->count % (size_t)n);
+  const char *name = coll_names[k->coll];
+  braid_status st = BRAID_OK;
+  void *send = sbuf, *recv = rbuf;
+  size_t out_off = 0; /* where the output starts inside recv (in place) */
+  switch (k->coll) {
+  case C_AR:
+  case C_BC:
+    for (size_t i = 0; i < cnt; i++) {
+      if (k->coll == C_AR) bt_put_input(k->dt, k->op, rank, i, rbuf + i * es);
+      else if (rank == root) bt_put_input(k->dt, BRAID_SUM, 7, i, rbuf + i * es);
+    }
+    for (size_t i = 0; i < cnt; i++) {
+      if (k->coll == C_AR) bt_put_expected(k->dt, k->op, n, i, want + i * es);
+      else bt_put_input(k->dt, BRAID_SUM, 7, i, want + i * es);
+    }
+    st = k->coll == C_AR ? braid_all_reduce(c, rbuf, cnt, k->dt, k->op) : braid_broadcast(c, rbuf, cnt, k->dt, root);
+    break;
+  case C_AG:
+    if (k->inplace) send = rbuf + (size_t)rank * cnt * es;
+    for (size_t i = 0; i < cnt; i++) bt_put_input(k->dt, BRAID_SUM, rank, i, (unsigned char *)send + i * es);
+    memcpy(copy, send, cnt * es);
+    for (int q = 0; q < n; q++)
+      for (size_t i = 0; i < cnt; i++) bt_put_input(k->dt, BRAID_SUM, q, i, want + ((size_t)q * cnt + i) * es);
+    st = braid_all_gather(c, send, rbuf, cnt, k->dt);
+    break;
+  case C_RS:
+    for (int q = 0; q < n; q++)
+      for (size_t i = 0; i < cnt; i++)
+        bt_put_input(k->dt, k->op, rank, (size_t)q * cnt + i, sbuf + ((size_t)q * cnt + i) * es);
+    memcpy(copy, sbuf, in_elems * es);
+    for (size_t i = 0; i < cnt; i++) bt_put_expected(k->dt, k->op, n, (size_t)rank * cnt + i, want + i * es);
+    if (k->inplace) {
+      recv = sbuf + (size_t)rank * cnt * es;
+      out_off = 0;
+    }
+    st = braid_reduce_scatter(c, sbuf, recv, cnt, k->dt, k->op);
+    break;
+  }
+  BT_CHECK(st == BRAID_OK, "%s %s %s count %zu: %s: %s", name, braid_dtype_name(k->dt), braid_op_name(k->op), cnt,
+           braid_status_string(st), braid_last_error(c));
+  BT_CHECK_OK(braid_sync(c), c);
+  unsigned char *out = (unsigned char *)recv + out_off;
+  for (size_t i = 0; i < out_elems; i++)
+    if (memcmp(out + i * es, want + i * es, es)) {
+      unsigned long long g = 0, w = 0;
+      memcpy(&g, out + i * es, es < 8 ? es : 8);
+      memcpy(&w, want + i * es, es < 8 ? es : 8);
+      BT_CHECK(0, "%s %s %s count %zu n %d inplace %d: element %zu is 0x%llx, expected 0x%llx", name,
+               braid_dtype_name(k->dt), braid_op_name(k->op), cnt, n, k->inplace, i, g, w);
+    }
+  /* Guards around the output and untouched out-of-place inputs. */
+  if (!(k->coll == C_RS && k->inplace)) {
+    unsigned char *base = rraw, *o = rbuf;
+    size_t olen = out_elems * es;
+    for (unsigned char *p = base; p < o; p++) BT_CHECK(*p == 0x5A, "%s: byte before the output written", name);
+    for (unsigned char *p = o + olen; p < rraw + big + 2 * GUARD + 8; p++)
+      BT_CHECK(*p == 0x5A, "%s: byte after the output written (%td past the end)", name, p - (o + olen));
+  }
+  if (k->coll == C_RS && !k->inplace) BT_CHECK(!memcmp(sbuf, copy, in_elems * es), "reduce_scatter wrote its send buffer");
+  if (k->coll == C_AG && !k->inplace) BT_CHECK(!memcmp(sbuf, copy, cnt * es), "all_gather wrote its send buffer");
+  /* Every rank holds the same bits. */
+  if ((k->coll == C_AR || k->coll == C_BC) && n > 1) {
+    uint64_t h = bt_fnv(out, out_elems * es), *hs = malloc(sizeof *hs * (size_t)n);
+    BT_CHECK(hs != NULL, "out of memory");
+    BT_CHECK_OK(braid_all_gather(c, &h, hs, 1, BRAID_U64), c);
+    for (int q = 0; q < n; q++) BT_CHECK(hs[q] == h, "%s: rank %d's result differs from rank %d's", name, q, rank);
+    free(hs);
+  }
+  bt_buf_free(bm, sraw);
+  bt_buf_free(bm, rraw);
+  free(want);
+  free(copy);
+  return 0;
+}
+
+int bt_coll_matrix_body(braid_comm *c, int rank, int n, void *arg) {
+  const matrix *m = arg;
+  /* Large counts: a few (dtype, op) pairs that cover wide, narrow (f32
+     accumulation) and integer kernels. */
+  static const struct {
+    braid_dtype d;
+    braid_op op;
+  } few[] = {{BRAID_F32, BRAID_SUM}, {BRAID_BF16, BRAID_AVG}, {BRAID_I32, BRAID_BXOR}, {BRAID_U8, BRAID_MAX}};
+  for (int ci = 0; ci < m->ncounts; ci++) {
+    if (m->full) {
+      for (int di = 0; di < (int)BT_COUNT(bt_all_dtypes); di++)
+        for (int op = BRAID_SUM; op <= BRAID_BXOR; op++) {
+          braid_dtype d = bt_all_dtypes[di];
+          if (!bt_op_ok(d, (braid_op)op)) continue;
+          for (int coll = C_AR; coll <= C_RS; coll++) {
+            if ((coll == C_BC || coll == C_AG) && op != BRAID_SUM) continue;
+            for (int ip = 0; ip < 2; ip++) {
+              if (ip && coll == C_BC) continue;
+              ccase k = {coll, d, (braid_op)op, m->counts[ci], ip, (ci + di + op) % 8, m->mem};
+              if (bt_coll_one(c, rank, n, &k)) return 1;
+            }
+          }
+        }
+      continue;
+    }
+    for (int fi = 0; fi < (int)BT_COUNT(few); fi++)
+      for (int coll = C_AR; coll <= C_RS; coll++) {
+        if ((coll == C_BC || coll == C_AG) && fi > 1) continue;
+        ccase k = {coll, few[fi].d, coll == C_BC || coll == C_AG ? BRAID_SUM : few[fi].op, m->counts[ci],
+                   (fi + coll) % 2, (fi * 3 + coll) % 8, m->mem};
+        if (bt_coll_one(c, rank, n, &k)) return 1;
+      }
+  }
+  return 0;
+}
+

@@ -1,0 +1,205 @@
+/* The cross-rank call check: ranks that disagree on a collective (its kind,
+   op, dtype, count or root, or a rank that skipped one) all fail with
+   BRAID_ERR_MISMATCH, promptly (not by the timeout), with a sentence that
+   names both calls; the communicator stays failed. On every backend, on
+   its native collectives and on the generic algorithms, at every size
+   class (flat slots, staging, single copy). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "harness.h"
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+enum { K_AR, K_BC, K_AG, K_RS, K_BARRIER, K_SKIP };
+
+/* One call as a rank makes it. */
+typedef struct call {
+  int kind;
+  braid_dtype dt;
+  braid_op op;
+  size_t count;
+  int root;
+} call;
+
+typedef struct mcase {
+  const char *name;
+  call normal, odd; /* what most ranks call, what the odd rank calls */
+  int odd_rank;
+} mcase;
+
+/* The descriptor text the sentence must hold for a call. */
+static void describe(const call *k, char *out, size_t len) {
+  const char *dt = braid_dtype_name(k->dt);
+  switch (k->kind) {
+  case K_AR: snprintf(out, len, "braid_all_reduce(%zu x %s, %s)", k->count, dt, braid_op_name(k->op)); break;
+  case K_RS: snprintf(out, len, "braid_reduce_scatter(%zu x %s, %s)", k->count, dt, braid_op_name(k->op)); break;
+  case K_BC: snprintf(out, len, "braid_broadcast(root %d, %zu x %s)", k->root, k->count, dt); break;
+  case K_AG: snprintf(out, len, "braid_all_gather(%zu x %s)", k->count, dt); break;
+  default: snprintf(out, len, "braid_barrier()"); break;
+  }
+}
+
+static braid_status issue(braid_comm *c, int n, const call *k, void *buf) {
+  switch (k->kind) {
+  case K_AR: return braid_all_reduce(c, buf, k->count, k->dt, k->op);
+  case K_RS: return braid_reduce_scatter(c, buf, (char *)buf + k->count * (size_t)n * 8, k->count, k->dt, k->op);
+  case K_BC: return braid_broadcast(c, buf, k->count, k->dt, k->root);
+  case K_AG: return braid_all_gather(c, buf, (char *)buf + k->count * 8, k->count, k->dt);
+  default: return braid_barrier(c);
+  }
+}
+
+static int body(braid_comm *c, int rank, int n, void *arg) {
+  const mcase *m = arg;
+  size_t most = m->normal.count > m->odd.count ? m->normal.count : m->odd.count;
+  void *buf = calloc(most * (size_t)(n + 2), 8);
+  BT_CHECK(buf != NULL, "out of memory");
+  /* A matching collective first: the mismatch is not the first call. */
+  BT_CHECK_OK(braid_all_reduce(c, buf, 4, BRAID_F32, BRAID_SUM), c);
+  const call *mine = rank == m->odd_rank ? &m->odd : &m->normal;
+  double t0 = now_s();
+  braid_status st = mine->kind == K_SKIP ? BRAID_OK : issue(c, n, mine, buf);
+  /* A rank whose call needed nothing from the others (a broadcast root, the
+     rank that skipped) learns at its next call. */
+  if (st == BRAID_OK) st = braid_barrier(c);
+  double dt = now_s() - t0;
+  BT_CHECK(st == BRAID_ERR_MISMATCH, "%s: rank %d got %s: %s", m->name, rank, braid_status_string(st),
+           braid_last_error(c));
+  BT_CHECK(dt < 10.0, "%s: noticed after %.2f s", m->name, dt);
+  char a[128], b[128];
+  const call *skipper = m->odd.kind == K_SKIP ? &m->odd : NULL;
+  describe(&m->normal, a, sizeof a);
+  if (skipper) {
+    /* The skipper's next call stands against the others' collective. */
+    call bar = {K_BARRIER, BRAID_U8, BRAID_SUM, 0, 0};
+    describe(&bar, b, sizeof b);
+  } else {
+    describe(&m->odd, b, sizeof b);
+  }
+  BT_CHECK_MSG(c, a);
+  BT_CHECK_MSG(c, b);
+  BT_CHECK_MSG(c, " called ");
+  BT_CHECK_MSG(c, " where rank ");
+  /* Failed for good, with the cause repeated. */
+  BT_CHECK_ST(braid_all_reduce(c, buf, 4, BRAID_F32, BRAID_SUM), BRAID_ERR_MISMATCH, c);
+  BT_CHECK_MSG(c, "communicator failed earlier");
+  free(buf);
+  return 0;
+}
+
+/* The cases at one count (elements; the size class follows). */
+static int cases_at(size_t cnt, mcase *out) {
+  int k = 0;
+  call ar = {K_AR, BRAID_F32, BRAID_SUM, cnt, 0};
+  call v;
+  v = ar, v.op = BRAID_MAX;
+  out[k++] = (mcase){"op", ar, v, 1};
+  v = ar, v.dt = BRAID_I32;
+  out[k++] = (mcase){"dtype", ar, v, 1};
+  v = ar, v.count = cnt - 1;
+  out[k++] = (mcase){"count", ar, v, 1};
+  call bc = {K_BC, BRAID_F32, BRAID_SUM, cnt, 0};
+  v = bc, v.root = 1;
+  out[k++] = (mcase){"root", bc, v, 1};
+  out[k++] = (mcase){"broadcast vs all-reduce", ar, bc, 1};
+  call ag = {K_AG, BRAID_F32, BRAID_SUM, cnt, 0};
+  out[k++] = (mcase){"all-gather vs all-reduce", ar, ag, 0};
+  call rs = {K_RS, BRAID_F32, BRAID_SUM, cnt, 0};
+  out[k++] = (mcase){"reduce-scatter vs all-reduce", ar, rs, 1};
+  call bar = {K_BARRIER, BRAID_U8, BRAID_SUM, 0, 0};
+  out[k++] = (mcase){"barrier vs all-reduce", ar, bar, 1};
+  call skip = {K_SKIP, BRAID_U8, BRAID_SUM, 0, 0};
+  out[k++] = (mcase){"skipped all-reduce", ar, skip, 1};
+  return k;
+}
+
+static int run_all(const char *backend, const char *const *env, const size_t *counts, int ncounts) {
+  mcase cs[16];
+  static const int sizes[] = {2, 3};
+  for (int ci = 0; ci < ncounts; ci++) {
+    int nc = cases_at(counts[ci], cs);
+    for (int i = 0; i < nc; i++)
+      for (size_t si = 0; si < BT_COUNT(sizes); si++) {
+        bt_run_opts o = {backend, sizes[si], 60, env, -1};
+        if (bt_run_ranks_ex(&o, body, &cs[i], NULL)) {
+          fprintf(stderr, "mismatch case \"%s\" failed: backend %s, %d ranks, count %zu, %s\n", cs[i].name, backend,
+                  sizes[si], counts[ci], env && env[0] ? env[0] : "native");
+          return 1;
+        }
+      }
+  }
+  return 0;
+}
+
+static int has_backend(const char *name) {
+  const char *names[8];
+  int maxr[8];
+  int nb = bt_backends(names, maxr, 8);
+  for (int i = 0; i < nb; i++)
+    if (!strcmp(names[i], name) && maxr[i] > 1) return 1;
+  return 0;
+}
+
+/* 4096 floats: flat slots on shm; 20000: staging; 300000 by single copy. */
+static int test_shm_native(void) {
+  if (!has_backend("shm")) return 0;
+  static const size_t counts[] = {16, 20000, 300000};
+  static const char *const env[] = {"BRAID_TIMEOUT=60", NULL};
+  static const char *const cma[] = {"BRAID_TIMEOUT=60", "BRAID_SHM_CMA_MIN=64K", NULL};
+  return run_all("shm", env, counts, 3) || run_all("shm", cma, counts + 2, 1);
+}
+
+static int test_shm_generic(void) {
+  if (!has_backend("shm")) return 0;
+  static const size_t counts[] = {16, 300000};
+  static const char *const env[] = {
+      "BRAID_ALGO=allreduce=ring,broadcast=tree,allgather=ring,reduce_scatter=ring,barrier=dissem",
+      "BRAID_TIMEOUT=60", NULL};
+  static const char *const env2[] = {"BRAID_ALGO=allreduce=rd,broadcast=chain,allgather=bruck,reduce_scatter=rhd",
+                                     "BRAID_TIMEOUT=60", NULL};
+  return run_all("shm", env, counts, 2) || run_all("shm", env2, counts, 1);
+}
+
+/* With the check off the calls still meet where they can (no false alarm
+   on matching calls), and matching calls pass with it on at one rank. */
+static int body_ok(braid_comm *c, int rank, int n, void *arg) {
+  (void)arg;
+  float v[64];
+  for (int i = 0; i < 64; i++) v[i] = (float)(rank + i);
+  for (int it = 0; it < 50; it++) {
+    BT_CHECK_OK(braid_all_reduce(c, v, 64, BRAID_F32, BRAID_MAX), c);
+    BT_CHECK_OK(braid_broadcast(c, v, 64, BRAID_F32, it % n), c);
+    BT_CHECK_OK(braid_barrier(c), c);
+  }
+  return 0;
+}
+
+static int test_matching_calls_pass(void) {
+  static const char *const off[] = {"BRAID_CHECK=0", NULL};
+  const char *names[8];
+  int maxr[8];
+  int nb = bt_backends(names, maxr, 8);
+  for (int b = 0; b < nb; b++) {
+    int n = maxr[b] < 3 ? maxr[b] : 3;
+    if (bt_run_ranks(names[b], n, 60, body_ok, NULL)) return 1;
+    bt_run_opts o = {names[b], n, 60, off, -1};
+    if (bt_run_ranks_ex(&o, body_ok, NULL, NULL)) return 1;
+  }
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  static const bt_case cases[] = {
+      {"shm_native", test_shm_native, 600},
+      {"shm_generic", test_shm_generic, 600},
+      BT_CASE(test_matching_calls_pass),
+  };
+  return bt_main(argc, argv, cases, BT_COUNT(cases));
+}

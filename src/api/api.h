@@ -3,28 +3,84 @@
 #ifndef BRAID_API_H
 #define BRAID_API_H
 
+#include <stddef.h>
+
 #include "core/comm.h"
+#include "core/dtype.h"
+#include "core/reduce.h"
+
+braid_status braid__null_comm(const char *call);
 
 /* Registry of built backends; NULL if name is unknown. */
 const braid__backend *braid__backend_find(const char *name);
 /* Comma-separated names of the built backends (for messages and braid-info). */
 const char *braid__backend_names(void);
 
-/* Locks c for one public call; fails at once if c is failed (the status). */
-braid_status braid__enter(braid_comm *c, const char *call);
-/* Ends the call: a fatal result goes out to the other ranks; unlocks. */
-braid_status braid__leave(braid_comm *c, braid_status st);
+/* The slow halves of braid__enter / braid__leave (a failed communicator,
+   an error to spread). */
+braid_status braid__enter_failed(braid_comm *c, const char *call);
+braid_status braid__leave_slow(braid_comm *c, braid_status st);
 
-braid_status braid__null_comm(const char *call);
-braid_status braid__check_dtype(braid_comm *c, braid_dtype dt);
-braid_status braid__check_dtype_op_pair(braid_comm *c, braid_dtype dt, braid_op op);
-/* bytes = count * dtype size * mult, rejecting overflow. */
-braid_status braid__check_bytes(braid_comm *c, const char *what, size_t count, braid_dtype dt, size_t mult,
-                                size_t *bytes);
-braid_status braid__check_buf(braid_comm *c, const char *what, const void *p, size_t count);
-braid_status braid__check_rank(braid_comm *c, const char *what, int r);
-/* A dtype the backend cannot carry (a GPU library without bool, ...). */
-braid_status braid__check_backend_dtype(braid_comm *c, braid_dtype dt);
+/* Locks c for one public call; fails at once if c is failed (the status). */
+static inline braid_status braid__enter(braid_comm *c, const char *call) {
+  if (!c) return braid__null_comm(call);
+  pthread_mutex_lock(&c->lock);
+  c->call = call;
+  if (atomic_load_explicit(&c->failed, memory_order_relaxed)) return braid__enter_failed(c, call);
+  return BRAID_OK;
+}
+
+/* Ends the call: a fatal result goes out to the other ranks; unlocks. */
+static inline braid_status braid__leave(braid_comm *c, braid_status st) {
+  if (st || atomic_load_explicit(&c->failed, memory_order_relaxed)) return braid__leave_slow(c, st);
+  if (c->desc.kind != BRAID__COLL_NONE) c->prev_desc = c->desc;
+  c->desc.kind = BRAID__COLL_NONE;
+  c->call = NULL;
+  pthread_mutex_unlock(&c->lock);
+  return st;
+}
+
+/* Argument checks: inline fast paths, the sentences out of line. */
+braid_status braid__bad_dtype(braid_comm *c, braid_dtype dt);
+braid_status braid__bad_op(braid_comm *c, braid_dtype dt, braid_op op);
+braid_status braid__bad_count(braid_comm *c, const char *what, const void *p, size_t count, braid_dtype dt);
+braid_status braid__bad_rank(braid_comm *c, const char *what, int r);
+
+/* A dtype braid knows and the backend can carry. */
+static inline braid_status braid__check_dtype(braid_comm *c, braid_dtype dt) {
+  if (braid__dtsize(dt) && ((c->ops->dtypes >> (unsigned)dt) & 1)) return BRAID_OK;
+  return braid__bad_dtype(c, dt);
+}
+
+/* The above, and an op defined for the dtype. */
+static inline braid_status braid__check_dtype_op_pair(braid_comm *c, braid_dtype dt, braid_op op) {
+  braid_status st = braid__check_dtype(c, dt);
+  if (st) return st;
+  if ((unsigned)op <= (unsigned)BRAID_BXOR && braid__check_dtype_op(dt, op) == BRAID_OK) return BRAID_OK;
+  return braid__bad_op(c, dt, op);
+}
+
+/* A buffer not NULL unless it is empty. */
+static inline braid_status braid__check_buf(braid_comm *c, const char *what, const void *p, size_t count) {
+  if (p || !count) return BRAID_OK;
+  return braid__bad_count(c, what, p, count, BRAID_U8);
+}
+
+/* bytes = count * dtype size * mult (world-size buffers), rejecting overflow. */
+static inline braid_status braid__check_bytes(braid_comm *c, const char *what, size_t count, braid_dtype dt,
+                                              size_t mult, size_t *bytes) {
+  size_t b;
+  if (!__builtin_mul_overflow(count, braid__dtsize(dt) * mult, &b) && b <= (size_t)PTRDIFF_MAX) {
+    *bytes = b;
+    return BRAID_OK;
+  }
+  return braid__bad_count(c, what, (const void *)1, count, dt);
+}
+
+static inline braid_status braid__check_rank(braid_comm *c, const char *what, int r) {
+  if (r >= 0 && r < c->size) return BRAID_OK;
+  return braid__bad_rank(c, what, r);
+}
 
 #define BRAID__TRY(expr)                            \
   do {                                              \

@@ -19,7 +19,8 @@ static braid_status begin(braid_comm *c, braid__coll_kind kind, size_t count, br
   c->seq++;
   c->desc = braid__desc_make(kind, count, dt, arg);
   c->desc_hash = c->check ? braid__desc_hash(c->seq, &c->desc) : 0;
-  if (c->ops->remote_failure && braid__poll_remote_failure(c, 0)) return (braid_status)atomic_load(&c->failed);
+  if (c->fail_flag && atomic_load_explicit(c->fail_flag, memory_order_acquire) && braid__poll_remote_failure(c, 0))
+    return (braid_status)atomic_load(&c->failed);
   /* A message of an earlier collective that no receive took: its sender
      was in another call (a broadcast root that did not wait learns here). */
   if (c->match.nunexp && c->check) {

@@ -11,30 +11,24 @@ braid_status braid__null_comm(const char *call) {
   return braid__fail(NULL, BRAID_ERR_INVALID_ARG, "%s: comm is NULL", call);
 }
 
-braid_status braid__enter(braid_comm *c, const char *call) {
-  if (!c) return braid__null_comm(call);
-  pthread_mutex_lock(&c->lock);
-  c->call = call;
+braid_status braid__enter_failed(braid_comm *c, const char *call) {
   int failed = atomic_load(&c->failed);
-  if (failed) {
-    /* The stored message already names the original call and the rank. */
-    char msg[BRAID_ERRLEN];
-    pthread_mutex_lock(&c->err_lock);
-    snprintf(msg, sizeof msg, "%s: communicator failed earlier: %s", call, c->fatal_error);
-    snprintf(c->last_error, sizeof c->last_error, "%s", msg);
-    pthread_mutex_unlock(&c->err_lock);
-    braid__set_thread_error(msg);
-    BLOG_DEBUG(BRAID_SUB_COLL, c->rank, "%s", msg);
-    /* An abort from another thread is published by the next call. */
-    braid__publish_failure(c);
-    c->call = NULL;
-    pthread_mutex_unlock(&c->lock);
-    return (braid_status)failed;
-  }
-  return BRAID_OK;
+  /* The stored message already names the original call and the rank. */
+  char msg[BRAID_ERRLEN];
+  pthread_mutex_lock(&c->err_lock);
+  snprintf(msg, sizeof msg, "%s: communicator failed earlier: %s", call, c->fatal_error);
+  snprintf(c->last_error, sizeof c->last_error, "%s", msg);
+  pthread_mutex_unlock(&c->err_lock);
+  braid__set_thread_error(msg);
+  BLOG_DEBUG(BRAID_SUB_COLL, c->rank, "%s", msg);
+  /* An abort from another thread is published by the next call. */
+  braid__publish_failure(c);
+  c->call = NULL;
+  pthread_mutex_unlock(&c->lock);
+  return (braid_status)failed;
 }
 
-braid_status braid__leave(braid_comm *c, braid_status st) {
+braid_status braid__leave_slow(braid_comm *c, braid_status st) {
   if (st && braid__status_is_fatal(st) && !atomic_load(&c->failed))
     braid__fail(c, st, "%s", braid_status_string(st)); /* a fatal status the backend forgot to record */
   if (atomic_load(&c->failed)) braid__publish_failure(c);
@@ -45,45 +39,24 @@ braid_status braid__leave(braid_comm *c, braid_status st) {
   return st;
 }
 
-braid_status braid__check_dtype(braid_comm *c, braid_dtype dt) {
+braid_status braid__bad_dtype(braid_comm *c, braid_dtype dt) {
   if (!braid__dtype_valid(dt)) return braid__fail(c, BRAID_ERR_INVALID_ARG, "unknown dtype %d", (int)dt);
-  return braid__check_backend_dtype(c, dt);
+  return braid__fail(c, BRAID_ERR_UNSUPPORTED, "backend %s cannot carry dtype %s", c->ops->name,
+                     braid_dtype_name(dt));
 }
 
-braid_status braid__check_backend_dtype(braid_comm *c, braid_dtype dt) {
-  if (!((c->ops->dtypes >> ((unsigned)dt & 63)) & 1))
-    return braid__fail(c, BRAID_ERR_UNSUPPORTED, "backend %s cannot carry dtype %s", c->ops->name,
-                       braid_dtype_name(dt));
-  return BRAID_OK;
-}
-
-braid_status braid__check_dtype_op_pair(braid_comm *c, braid_dtype dt, braid_op op) {
-  braid_status st = braid__check_dtype(c, dt);
-  if (st) return st;
+braid_status braid__bad_op(braid_comm *c, braid_dtype dt, braid_op op) {
   if (!braid__op_valid(op)) return braid__fail(c, BRAID_ERR_INVALID_ARG, "unknown op %d", (int)op);
-  st = braid__check_dtype_op(dt, op);
-  if (st)
-    return braid__fail(c, st, "op %s is not defined for dtype %s", braid_op_name(op), braid_dtype_name(dt));
-  return BRAID_OK;
+  return braid__fail(c, braid__check_dtype_op(dt, op), "op %s is not defined for dtype %s", braid_op_name(op),
+                     braid_dtype_name(dt));
 }
 
-braid_status braid__check_bytes(braid_comm *c, const char *what, size_t count, braid_dtype dt, size_t mult,
-                                size_t *bytes) {
-  size_t esz = braid_dtype_size(dt);
-  if (count > ((size_t)PTRDIFF_MAX / esz) / mult)
-    return braid__fail(c, BRAID_ERR_INVALID_ARG, "%s count %zu of %s overflows the address space", what, count,
-                       braid_dtype_name(dt));
-  *bytes = count * esz * mult;
-  return BRAID_OK;
-}
-
-braid_status braid__check_buf(braid_comm *c, const char *what, const void *p, size_t count) {
+braid_status braid__bad_count(braid_comm *c, const char *what, const void *p, size_t count, braid_dtype dt) {
   if (!p && count > 0) return braid__fail(c, BRAID_ERR_INVALID_ARG, "%s is NULL with count %zu", what, count);
-  return BRAID_OK;
+  return braid__fail(c, BRAID_ERR_INVALID_ARG, "%s count %zu of %s overflows the address space", what, count,
+                     braid_dtype_name(dt));
 }
 
-braid_status braid__check_rank(braid_comm *c, const char *what, int r) {
-  if (r < 0 || r >= c->size)
-    return braid__fail(c, BRAID_ERR_INVALID_ARG, "%s %d out of range for world size %d", what, r, c->size);
-  return BRAID_OK;
+braid_status braid__bad_rank(braid_comm *c, const char *what, int r) {
+  return braid__fail(c, BRAID_ERR_INVALID_ARG, "%s %d out of range for world size %d", what, r, c->size);
 }

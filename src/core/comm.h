@@ -154,6 +154,7 @@ struct braid_comm {
   atomic_int failed;      /* sticky fatal status, 0 while healthy */
   atomic_int aborted;     /* braid_abort() was called */
   int fail_published;     /* this rank's failure went out to the others */
+  const _Atomic uint32_t *fail_flag; /* set by a backend whose channel has a cheap "someone failed" word */
 
   /* point to point (under lock) */
   braid__matcher match;

@@ -30,19 +30,6 @@ const char *braid__coll_short_name(int kind) {
   return kind >= 0 && kind < BRAID__COLL_NKINDS ? short_names[kind] : NULL;
 }
 
-static uint64_t mix64(uint64_t x) {
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
-uint32_t braid__desc_hash(uint64_t seq, const braid__desc *d) {
-  uint64_t x = mix64(seq * 0x9E3779B97F4A7C15ull ^ d->count);
-  x = mix64(x ^ ((uint64_t)d->kind << 56 | (uint64_t)d->dt << 48 | (uint64_t)d->flags << 32 | (uint32_t)d->arg));
-  uint32_t h = (uint32_t)(x ^ (x >> 32));
-  return h ? h : 1;
-}
-
 void braid__desc_format(const braid__desc *d, char *out, size_t len) {
   const char *call = braid__coll_call_name(d->kind);
   const char *dt = braid_dtype_name((braid_dtype)d->dt);

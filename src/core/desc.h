@@ -39,8 +39,17 @@ static inline int braid__desc_equal(const braid__desc *a, const braid__desc *b) 
   return a->count == b->count && a->kind == b->kind && a->dt == b->dt && a->arg == b->arg;
 }
 
-/* A 32-bit digest of (seq, descriptor); never 0 so it can mark "published". */
-uint32_t braid__desc_hash(uint64_t seq, const braid__desc *d);
+/* A 32-bit digest of (seq, descriptor); never 0 so it can mark "published".
+   Every field changes it; it runs on every collective, so it is one
+   multiply-xorshift round. */
+static inline uint32_t braid__desc_hash(uint64_t seq, const braid__desc *d) {
+  uint64_t x = seq * 0x9E3779B97F4A7C15ull ^ d->count * 0xC2B2AE3D27D4EB4Full ^
+               ((uint64_t)d->kind << 56 | (uint64_t)d->dt << 48 | (uint64_t)d->flags << 32 | (uint32_t)d->arg);
+  x ^= x >> 29;
+  x *= 0xBF58476D1CE4E5B9ull;
+  uint32_t h = (uint32_t)(x >> 32);
+  return h ? h : 1;
+}
 
 /* "braid_all_reduce", ... ("braid_send/recv" for BRAID__COLL_NONE). */
 const char *braid__coll_call_name(int kind);

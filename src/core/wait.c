@@ -159,12 +159,6 @@ void braid__describe_pending(braid_comm *c, char *out, size_t len) {
 
 /* ---------------------------------------------------------------- the engine */
 
-void braid__wait_begin(braid__waiter *w) { memset(w, 0, sizeof *w); }
-
-void braid__wait_end(braid_comm *c, braid__waiter *w) {
-  if (w->armed && c->ops->disarm) c->ops->disarm(c);
-  w->armed = 0;
-}
 
 #define WHAT (what ? what : (braid__describe_pending(c, desc, sizeof desc), desc))
 

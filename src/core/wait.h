@@ -30,7 +30,12 @@ typedef struct braid__waiter {
   double start, deadline, next_live, next_remote, next_check;
 } braid__waiter;
 
-void braid__wait_begin(braid__waiter *w);
+static inline void braid__wait_begin(braid__waiter *w) {
+  w->spins = 0;
+  w->armed = 0;
+  w->left_seen = 0;
+  w->start = 0;
+}
 /* The slow part: every 64 spins, and every call after the spin phase. */
 braid_status braid__wait_slow(braid_comm *c, braid__waiter *w, int peer, const char *what);
 static inline braid_status braid__wait_poll(braid_comm *c, braid__waiter *w, int peer, const char *what) {
@@ -42,7 +47,10 @@ static inline braid_status braid__wait_poll(braid_comm *c, braid__waiter *w, int
   return braid__wait_slow(c, w, peer, what);
 }
 /* After the condition became true (disarms a pending sleep). */
-void braid__wait_end(braid_comm *c, braid__waiter *w);
+static inline void braid__wait_end(braid_comm *c, braid__waiter *w) {
+  if (w->armed && c->ops->disarm) c->ops->disarm(c);
+  w->armed = 0;
+}
 
 /* Waits until every request of reqs (NULL entries skipped) is complete;
    peer and what describe the wait for messages (-1 / NULL: the oldest

@@ -45,7 +45,7 @@ typedef struct shm_hdr {
   int32_t creator_pid;
   uint64_t total, staging;
   uint64_t cma_min; /* rank 0's BRAID_SHM_CMA_MIN: every rank must pick the same paths */
-  uint64_t off_ctl, off_slots, off_bring, off_staging, off_rings;
+  uint64_t off_ctl, off_dlog, off_slots, off_bring, off_staging, off_rings;
   _Alignas(SHM_CL) _Atomic uint32_t attached;
   _Atomic uint32_t unlinked;
   _Alignas(SHM_CL) _Atomic uint64_t bclaim; /* sequence number of the last streamed broadcast a root claimed */
@@ -80,8 +80,9 @@ typedef struct shm_dlog {
 } shm_dlog;
 
 /* One per rank: the phase flag (with the addresses and call digest it
-   publishes), the sleep doorbell, rarely written identity, the braid-memory
-   announcement and the call log, each in its own cache lines. */
+   publishes), the sleep doorbell, rarely written identity and the
+   braid-memory announcement, each in its own cache line. (The call logs
+   are a region of their own, away from the lines every call touches.) */
 typedef struct shm_ctl {
   _Alignas(SHM_CL) _Atomic uint64_t flag;
   _Atomic uint64_t bcast_done;  /* small broadcasts this rank has finished */
@@ -98,7 +99,6 @@ typedef struct shm_ctl {
   int32_t probe_fd;        /* this process's braid-memory probe (see braid__mem_probe_fd) */
   uint64_t probe_addr;
   shm_zref zref;           /* this rank's braid-memory buffer of the current operation */
-  _Alignas(SHM_CL) shm_dlog dlog[SHM_DLOG];
 } shm_ctl;
 
 /* Records carry their own sequence stamp, so a receiver polls the next slot
@@ -143,6 +143,8 @@ typedef struct shm_state {
   char *base;
   size_t total;
   shm_hdr *hdr;
+  shm_ctl *mine;       /* this rank's control lines */
+  shm_dlog *my_dlog;   /* this rank's call log */
   int n, me;
   int cma;             /* all ranks agreed on single-copy */
   int oversub;         /* more ranks than online CPUs */
@@ -176,6 +178,9 @@ typedef struct shm_state {
 
 static inline shm_ctl *shm_ctl_of(shm_state *s, int r) {
   return (shm_ctl *)(s->base + s->hdr->off_ctl) + r;
+}
+static inline shm_dlog *shm_dlog_of(shm_state *s, int r) {
+  return (shm_dlog *)(s->base + s->hdr->off_dlog) + (size_t)r * SHM_DLOG;
 }
 static inline shm_ring *shm_ring_of(shm_state *s, int src, int dst) {
   return (shm_ring *)(s->base + s->hdr->off_rings +

@@ -65,7 +65,7 @@ static uint64_t newest_logged(braid_comm *c, shm_state *s, int q, braid__desc *d
   uint64_t best = 0;
   for (uint64_t i = 0; i < SHM_DLOG; i++) {
     braid__desc x;
-    uint64_t sq = atomic_load_explicit(&shm_ctl_of(s, q)->dlog[i].seq, memory_order_acquire);
+    uint64_t sq = atomic_load_explicit(&shm_dlog_of(s, q)[i].seq, memory_order_acquire);
     if (sq > best && shm_peer_desc(c, q, sq, &x)) {
       best = sq;
       *d = x;
@@ -98,7 +98,7 @@ static braid_status mismatch(braid_comm *c, shm_state *s, int hint) {
 void shm_coll_start(braid_comm *c) {
   shm_state *s = c->be;
   shm_dlog_enter(c, s);
-  atomic_store_explicit(&shm_ctl_of(s, s->me)->dhash, c->desc_hash, memory_order_relaxed);
+  atomic_store_explicit(&s->mine->dhash, c->desc_hash, memory_order_relaxed);
 }
 
 /* After the first wait for every peer's post: did each post for this call? */

@@ -25,7 +25,7 @@
 static uint64_t probe_value = 0x5eedf00dcafe1234ULL;
 
 typedef struct layout {
-  size_t off_ctl, off_slots, off_bring, off_staging, off_rings, total;
+  size_t off_ctl, off_dlog, off_slots, off_bring, off_staging, off_rings, total;
 } layout;
 
 static size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
@@ -34,7 +34,8 @@ static layout compute_layout(int n, size_t staging) {
   layout l;
   size_t nn = (size_t)n;
   l.off_ctl = round_up(sizeof(shm_hdr), 4096);
-  l.off_slots = round_up(l.off_ctl + nn * sizeof(shm_ctl), 4096);
+  l.off_dlog = round_up(l.off_ctl + nn * sizeof(shm_ctl), 4096);
+  l.off_slots = round_up(l.off_dlog + nn * SHM_DLOG * sizeof(shm_dlog), 4096);
   l.off_bring = round_up(l.off_slots + nn * 2 * SHM_SLOT_BYTES, 4096);
   l.off_staging = round_up(l.off_bring + (size_t)SHM_BRING * SHM_SLOT_BYTES, 4096);
   l.off_rings = round_up(l.off_staging + nn * staging, 4096);
@@ -72,6 +73,7 @@ static braid_status seg_create(braid_comm *c, shm_state *s, const char *name) {
   s->hdr->staging = s->staging;
   s->hdr->cma_min = s->cma_min;
   s->hdr->off_ctl = l.off_ctl;
+  s->hdr->off_dlog = l.off_dlog;
   s->hdr->off_slots = l.off_slots;
   s->hdr->off_bring = l.off_bring;
   s->hdr->off_staging = l.off_staging;
@@ -223,6 +225,8 @@ static braid_status attach_and_meet(braid_comm *c, shm_state *s, const char *nam
   }
   for (int q = 0; q < s->n; q++) s->pids[q] = shm_ctl_of(s, q)->pid;
   open_pidfds(s);
+  s->mine = shm_ctl_of(s, s->me);
+  s->my_dlog = shm_dlog_of(s, s->me);
   return BRAID_OK;
 }
 
@@ -345,6 +349,7 @@ static braid_status shm_init(braid_comm *c) {
     if (atomic_load(&shm_ctl_of(s, q)->zc_ok) != 1) s->zc = 0;
     if (atomic_load(&shm_ctl_of(s, q)->membar) != 1) s->light_wake = 0;
   }
+  c->fail_flag = &s->hdr->fail.ready;
   log_setup(c, s);
   return BRAID_OK;
 }
@@ -379,6 +384,7 @@ static braid_status shm_split(braid_comm *parent, braid_comm *child, const int *
   s->cma = ps->cma && n > 1;
   s->zc = ps->zc && n > 1;
   s->light_wake = ps->light_wake;
+  child->fail_flag = &s->hdr->fail.ready;
   return BRAID_OK;
 }
 
@@ -386,6 +392,7 @@ static void shm_destroy(braid_comm *c, double timeout_s) {
   (void)timeout_s; /* the core completed what it could */
   shm_state *s = c->be;
   if (!s) return;
+  c->fail_flag = NULL;
   shm_p2p_free(c, s);
   atomic_store(&shm_ctl_of(s, s->me)->left, 1);
   shm_wake_peers(s);

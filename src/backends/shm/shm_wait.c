@@ -175,7 +175,7 @@ int shm_remote_failure(braid_comm *c, braid_status *st, int *origin, char *text,
 /* ---------------------------------------------------------------- the call log */
 
 void shm_dlog_enter(braid_comm *c, shm_state *s) {
-  shm_dlog *e = &shm_ctl_of(s, s->me)->dlog[c->seq % SHM_DLOG];
+  shm_dlog *e = &s->my_dlog[c->seq % SHM_DLOG];
   atomic_store_explicit(&e->seq, 0, memory_order_relaxed);
   atomic_thread_fence(memory_order_release);
   e->desc = c->desc;
@@ -184,7 +184,7 @@ void shm_dlog_enter(braid_comm *c, shm_state *s) {
 
 int shm_peer_desc(braid_comm *c, int peer, uint64_t seq, braid__desc *out) {
   shm_state *s = c->be;
-  shm_dlog *e = &shm_ctl_of(s, peer)->dlog[seq % SHM_DLOG];
+  shm_dlog *e = &shm_dlog_of(s, peer)[seq % SHM_DLOG];
   uint64_t a = atomic_load_explicit(&e->seq, memory_order_acquire);
   if (a != seq) return 0;
   braid__desc d = e->desc;

@@ -2,8 +2,9 @@
  * braid — collective communication for C and C++.
  *
  * One communicator API (all-reduce, broadcast, all-gather, reduce-scatter,
- * tagged send/recv, sync, barrier, split, CUDA stream/event hooks) over
- * several backends. This is the only public header.
+ * reduce, gather, scatter, all-to-all(v), scaled sums, grouped calls, tagged
+ * send/recv, sync, barrier, split, CUDA stream/event hooks) over several
+ * backends. This is the only public header.
  *
  * Conventions
  *  - Every call returns a braid_status; on error braid_last_error() holds a
@@ -28,7 +29,7 @@ extern "C" {
 #endif
 
 #define BRAID_VERSION_MAJOR 0
-#define BRAID_VERSION_MINOR 1
+#define BRAID_VERSION_MINOR 2
 #define BRAID_VERSION_PATCH 0
 /* Single comparable number: MAJOR*10000 + MINOR*100 + PATCH. */
 #define BRAID_VERSION_CODE \
@@ -108,7 +109,8 @@ typedef enum braid_op {
  */
 typedef struct braid_config {
   size_t struct_size;       /* sizeof(braid_config) at compile time; set by BRAID_CONFIG_INIT */
-  const char *backend;      /* NULL: BRAID_BACKEND, else "self" for one rank, "shm" when all ranks share a host */
+  const char *backend;      /* NULL: BRAID_BACKEND, else (or "auto") "self" for one rank, "mpi" under mpirun
+                               without a store, "shm" when all ranks share a node, "hier" when they do not */
   int rank;                 /* -1: BRAID_RANK, else 0 */
   int world_size;           /* -1: BRAID_WORLD_SIZE, else 1 */
   double timeout_s;         /* < 0: BRAID_TIMEOUT, else 300; 0 waits forever */
@@ -118,9 +120,13 @@ typedef struct braid_config {
   int local_rank;           /* -1: BRAID_LOCAL_RANK or the launcher's, else derived at rendezvous */
   int local_size;           /* -1: BRAID_LOCAL_SIZE or the launcher's (set with local_rank) */
   double init_timeout_s;    /* < 0: BRAID_INIT_TIMEOUT, else 60: bound of the rendezvous; 0 waits forever */
+  /* Fields are only ever added here, at the end: a program built against an
+     older braid.h passes a smaller struct_size and gets the defaults. */
+  const void *mpi_comm;     /* backend mpi: the address of an MPI_Comm the application made (braid
+                               duplicates it; rank and size are MPI's); NULL: MPI_COMM_WORLD */
 } braid_config;
 
-#define BRAID_CONFIG_INIT {sizeof(braid_config), NULL, -1, -1, -1.0, -1.0, NULL, NULL, -1, -1, -1.0}
+#define BRAID_CONFIG_INIT {sizeof(braid_config), NULL, -1, -1, -1.0, -1.0, NULL, NULL, -1, -1, -1.0, NULL}
 
 BRAID_API const char *braid_version(void); /* "MAJOR.MINOR.PATCH" of the library in use */
 BRAID_API size_t braid_dtype_size(braid_dtype dtype); /* 0 for an unknown code */
@@ -152,6 +158,52 @@ BRAID_API braid_status braid_all_gather(braid_comm *c, const void *send, void *r
    in place when recv == send + rank*count. */
 BRAID_API braid_status braid_reduce_scatter(braid_comm *c, const void *send, void *recv, size_t count,
                                             braid_dtype dt, braid_op op);
+/* Reduction to root: recv (count elements) is significant at the root only;
+   in place at the root when send == recv. */
+BRAID_API braid_status braid_reduce(braid_comm *c, const void *send, void *recv, size_t count, braid_dtype dt,
+                                    braid_op op, int root);
+/* Rank r's count elements land at recv + r*count on the root; recv (count *
+   world_size elements) is significant at the root only; in place at the root
+   when send == recv + root*count. */
+BRAID_API braid_status braid_gather(braid_comm *c, const void *send, void *recv, size_t count, braid_dtype dt,
+                                    int root);
+/* Rank r receives the count elements at send + r*count of the root; send
+   (count * world_size elements) is significant at the root only; in place at
+   the root when recv == send + root*count. */
+BRAID_API braid_status braid_scatter(braid_comm *c, const void *send, void *recv, size_t count, braid_dtype dt,
+                                     int root);
+/* send and recv hold count * world_size elements: block j of rank i lands
+   as block i of rank j. In place when send == recv. */
+BRAID_API braid_status braid_all_to_all(braid_comm *c, const void *send, void *recv, size_t count, braid_dtype dt);
+/* Per-peer counts and displacements, in elements: send_counts[j] elements at
+   send + send_displs[j] go to rank j and land at recv + recv_displs[i] of
+   rank j, which must expect exactly that many (recv_counts[i]); a
+   disagreement is BRAID_ERR_MISMATCH naming both ranks and counts. Always a
+   collective, even when every count of this rank is 0. In place when send ==
+   recv: the data for rank j is recv_counts[j] elements at recv +
+   recv_displs[j], and send_counts / send_displs are not read (may be NULL). */
+BRAID_API braid_status braid_all_to_allv(braid_comm *c, const void *send, const size_t *send_counts,
+                                         const size_t *send_displs, void *recv, const size_t *recv_counts,
+                                         const size_t *recv_displs, braid_dtype dt);
+
+/* A scaled sum, as NCCL's ncclRedOpCreatePreMulSum: *op (a handle beyond
+   BRAID_BXOR, valid on c only, with dtype dt only) makes a reduction compute
+   sum over ranks of scalar * x, the scalar (one element of dt, the same bits
+   on every rank) applied in the reduction precision before the sum: in the
+   dtype for full-precision types (integers wrap, complex multiply), in f32
+   for f16, bf16 and fp8, rounded once at the end. Not for bool. Up to 64 live
+   ops per communicator; braid_op_destroy frees one. */
+BRAID_API braid_status braid_op_premul_sum(braid_comm *c, const void *scalar, braid_dtype dt, braid_op *op);
+BRAID_API braid_status braid_op_destroy(braid_comm *c, braid_op op);
+
+/* Grouped calls, per thread and nestable, as ncclGroupStart/End. Inside a
+   group point-to-point calls post as always and collectives are checked and
+   queued; the outermost braid_group_end runs them in issue order while the
+   group's sends and receives progress, and returns the first error. Buffers
+   of queued calls must not be touched until braid_group_end returns. */
+BRAID_API braid_status braid_group_start(void);
+BRAID_API braid_status braid_group_end(void);
+
 /* Non-blocking: buffers may be reused / read after braid_sync or braid_barrier.
    Messages of one (source, tag) pair arrive in the order sent. */
 BRAID_API braid_status braid_send(braid_comm *c, const void *buf, size_t count, braid_dtype dt, int dest,

@@ -4,10 +4,12 @@
 #define BRAID_API_H
 
 #include <stddef.h>
+#include <string.h>
 
 #include "core/comm.h"
 #include "core/dtype.h"
 #include "core/reduce.h"
+#include "core/trace.h"
 
 braid_status braid__null_comm(const char *call);
 
@@ -27,12 +29,14 @@ static inline braid_status braid__enter(braid_comm *c, const char *call) {
   pthread_mutex_lock(&c->lock);
   c->call = call;
   if (atomic_load_explicit(&c->failed, memory_order_relaxed)) return braid__enter_failed(c, call);
+  braid__trace_poll_signal(c);
   return BRAID_OK;
 }
 
 /* Ends the call: a fatal result goes out to the other ranks; unlocks. */
 static inline braid_status braid__leave(braid_comm *c, braid_status st) {
   if (st || atomic_load_explicit(&c->failed, memory_order_relaxed)) return braid__leave_slow(c, st);
+  braid__trace_end(&c->trace_cur, BRAID_OK);
   if (c->desc.kind != BRAID__COLL_NONE) c->prev_desc = c->desc;
   c->desc.kind = BRAID__COLL_NONE;
   c->call = NULL;
@@ -81,6 +85,58 @@ static inline braid_status braid__check_rank(braid_comm *c, const char *what, in
   if (r >= 0 && r < c->size) return BRAID_OK;
   return braid__bad_rank(c, what, r);
 }
+
+/* A reduction op resolved for one call: a builtin braid_op, or a scaled
+   sum of this communicator with its scalar copied (a call queued in a group
+   keeps it even if the op is destroyed before braid_group_end). */
+typedef struct braid__redop {
+  braid_op op; /* as the caller passed it */
+  int premul;
+  uint32_t digest;
+  unsigned char scalar[16];
+} braid__redop;
+
+braid_status braid__bad_premul(braid_comm *c, braid_dtype dt, braid_op op);
+
+/* The dtype/op check for reductions, scaled sums included. */
+static inline braid_status braid__check_red(braid_comm *c, braid_dtype dt, braid_op op, braid__redop *out) {
+  out->op = op;
+  out->premul = 0;
+  if ((unsigned)op <= (unsigned)BRAID_BXOR) return braid__check_dtype_op_pair(c, dt, op);
+  braid_status st = braid__check_dtype(c, dt);
+  if (st) return st;
+  const braid__premul *p = braid__premul_of(c, op);
+  if (!p || p->dt != (uint8_t)dt) return braid__bad_premul(c, dt, op);
+  out->premul = 1;
+  out->digest = p->digest;
+  memcpy(out->scalar, p->scalar, sizeof out->scalar);
+  return BRAID_OK;
+}
+
+/* One collective call with its arguments checked: what runs at once, or
+   at braid_group_end when the call was made inside a group. */
+typedef struct braid__coll_args {
+  braid__coll_kind kind;
+  const void *send;
+  void *recv; /* all-reduce and broadcast: the buffer */
+  size_t count;
+  braid_dtype dt;
+  braid__redop red;
+  int root;
+  size_t bytes; /* per rank's buffer or block, for the selection table */
+  const size_t *send_counts, *send_displs, *recv_counts, *recv_displs; /* all-to-allv */
+} braid__coll_args;
+
+/* Runs a checked call on c (locked; braid__enter done): the call's
+   descriptor and sequence number, then the native or generic version. */
+braid_status braid__coll_run(braid_comm *c, const braid__coll_args *a);
+
+/* Grouped calls (api/group.c). Inside a group on this thread. */
+int braid__group_open(void);
+/* Queues a checked call for braid_group_end (copies what a needs). */
+braid_status braid__group_queue(braid_comm *c, const braid__coll_args *a);
+/* Drops this thread's queued calls on c (braid_destroy). */
+void braid__group_forget(braid_comm *c);
 
 #define BRAID__TRY(expr)                            \
   do {                                              \

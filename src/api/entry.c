@@ -31,6 +31,7 @@ braid_status braid__enter_failed(braid_comm *c, const char *call) {
 braid_status braid__leave_slow(braid_comm *c, braid_status st) {
   if (st && braid__status_is_fatal(st) && !atomic_load(&c->failed))
     braid__fail(c, st, "%s", braid_status_string(st)); /* a fatal status the backend forgot to record */
+  braid__trace_end(&c->trace_cur, st);
   if (atomic_load(&c->failed)) braid__publish_failure(c);
   if (c->desc.kind != BRAID__COLL_NONE) c->prev_desc = c->desc;
   c->desc.kind = BRAID__COLL_NONE;
@@ -59,4 +60,13 @@ braid_status braid__bad_count(braid_comm *c, const char *what, const void *p, si
 
 braid_status braid__bad_rank(braid_comm *c, const char *what, int r) {
   return braid__fail(c, BRAID_ERR_INVALID_ARG, "%s %d out of range for world size %d", what, r, c->size);
+}
+
+braid_status braid__bad_premul(braid_comm *c, braid_dtype dt, braid_op op) {
+  const braid__premul *p = braid__premul_of(c, op);
+  if (p)
+    return braid__fail(c, BRAID_ERR_INVALID_ARG, "op %d is a scaled sum of %s, used with dtype %s", (int)op,
+                       braid_dtype_name((braid_dtype)p->dt), braid_dtype_name(dt));
+  return braid__fail(c, BRAID_ERR_INVALID_ARG,
+                     "unknown op %d (not a braid_op, nor a live braid_op_premul_sum op of this communicator)", (int)op);
 }

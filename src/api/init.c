@@ -5,10 +5,12 @@
 
 #include "algos/algos.h"
 #include "api/api.h"
+#include "backends/backends.h"
 #include "bootstrap/bootstrap.h"
 #include "core/params.h"
 #include "core/subcomm.h"
 #include "core/wait.h"
+#include "os/time.h"
 
 static braid_status init_fail(braid_status st, int rank, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static braid_status init_fail(braid_status st, int rank, const char *fmt, ...) {
@@ -43,6 +45,63 @@ static braid_status read_settings(braid_comm *c, const braid_config *def, int ra
   return BRAID_OK;
 }
 
+/* How many nodes the ranks are on, as hier counts them: each rank adds its
+   node to the store once (the first rank of a node counts it), then waits
+   for every rank to have done so. */
+static braid_status count_nodes(braid_comm *c, int *nnodes) {
+  braid__store *st = c->boot->store;
+  char key[400], node[300];
+  braid__node_key(node, sizeof node);
+  uint64_t h = 1469598103934665603ull;
+  for (const char *p = node; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
+  snprintf(key, sizeof key, "auto/node/%016llx", (unsigned long long)h);
+  int64_t k = 0, n = 0;
+  braid_status rc = braid__store_add(st, key, 1, &k);
+  if (!rc && k == 1) rc = braid__store_add(st, "auto/nodes", 1, &n);
+  snprintf(key, sizeof key, "auto/in/%d", c->rank);
+  if (!rc) rc = braid__store_set(st, key, "1", 1);
+  char(*names)[32] = malloc(sizeof *names * (size_t)c->size);
+  const char **keys = malloc(sizeof *keys * (size_t)c->size);
+  if (!rc && (!names || !keys)) rc = BRAID_ERR_NO_MEMORY;
+  for (int r = 0; !rc && r < c->size; r++) {
+    snprintf(names[r], sizeof names[r], "auto/in/%d", r);
+    keys[r] = names[r];
+  }
+  if (!rc) rc = braid__store_wait(st, keys, c->size, braid__deadline(c->boot->init_timeout_s), NULL);
+  free(names);
+  free(keys);
+  if (!rc) rc = braid__store_add(st, "auto/nodes", 0, &n);
+  if (rc)
+    return braid__fail(c, rc == BRAID_ERR_NO_MEMORY ? rc : BRAID_ERR_BOOTSTRAP,
+                       "could not count the nodes to choose a backend: %s", braid__store_error(st));
+  *nnodes = (int)n;
+  return BRAID_OK;
+}
+
+/* BRAID_BACKEND unset and several ranks: shm when they share a node, hier
+   when they do not. */
+static braid_status choose_auto(braid_comm *c, const braid__backend **ops) {
+  /* The launcher's word on locality decides, unless BRAID_NODE_ID says
+     which node each rank is on. */
+  int nnodes = c->boot->local_size == c->size ? 1 : 2;
+  if (braid__param_str(BRAID_P_NODE_ID)) {
+    braid_status st = count_nodes(c, &nnodes);
+    if (st) return st;
+  }
+  const char *name = nnodes == 1 ? "shm" : "hier";
+  const braid__backend *b = braid__backend_find(name);
+  if (!b)
+    return braid__fail(c, BRAID_ERR_UNSUPPORTED,
+                       "the %d ranks are on %s and no backend was named, but backend %s is not built (built: "
+                       "%s); set BRAID_BACKEND",
+                       c->size, nnodes == 1 ? "one node" : "several nodes", name, braid__backend_names());
+  BLOG_INFO(BRAID_SUB_INIT, c->rank, "backend chosen automatically: %s (%d ranks %s; BRAID_BACKEND unset)", name,
+            c->size, nnodes == 1 ? "on one node" : "on several nodes");
+  *ops = b;
+  c->ops = b;
+  return BRAID_OK;
+}
+
 braid_status braid_init(const braid_config *cfg, braid_comm **out) {
   if (!out) return braid__fail(NULL, BRAID_ERR_INVALID_ARG, "braid_init: comm is NULL");
   *out = NULL;
@@ -66,13 +125,29 @@ braid_status braid_init(const braid_config *cfg, braid_comm **out) {
                              def.store_addr, def.token_hex,  def.init_timeout_s};
   braid__launch_env env;
   unsigned flags = ops && !(ops->caps & BRAID__CAP_NEEDS_STORE) ? 0 : BRAID__ENV_REQUIRE_STORE;
-  braid_status st = braid__env_detect(braid__env_getenv, NULL, &ov, flags, &env, err, sizeof err);
+  braid_status st;
+  /* Started by mpirun (Open MPI's or PMI's variables) with no store: the mpi
+     backend when it was built. */
+  const braid__backend *mpi = braid__backend_find("mpi");
+  if (by_default && mpi && !braid__env_detect(braid__env_getenv, NULL, &ov, 0, &env, err, sizeof err) &&
+      env.world_size > 1 && env.store_owner == BRAID__STORE_NONE &&
+      (!strcmp(env.convention, "openmpi") || !strcmp(env.convention, "pmi"))) {
+    by_default = 0;
+    ops = mpi;
+    flags = 0;
+  }
+  st = braid__env_detect(braid__env_getenv, NULL, &ov, flags, &env, err, sizeof err);
   if (st) return init_fail(st, -1, "%s", err);
   if (by_default) {
     name = env.world_size == 1 ? "self" : "shm";
     ops = braid__backend_find(name);
   }
   int rank = env.rank;
+  if (!ops && !strcmp(name, "mpi"))
+    return init_fail(BRAID_ERR_UNSUPPORTED, rank,
+                     "backend mpi was not built: no MPI was found when braid was configured (Debian: apt-get "
+                     "install libopenmpi-dev openmpi-bin, then configure again) (built: %s)",
+                     braid__backend_names());
   if (!ops)
     return init_fail(BRAID_ERR_INVALID_ARG, rank, "unknown backend \"%s\" (built: %s)", name,
                      braid__backend_names());
@@ -97,15 +172,14 @@ braid_status braid_init(const braid_config *cfg, braid_comm **out) {
   if ((ops->caps & BRAID__CAP_SINGLE_RANK) && c->size > 1) {
     /* A rendezvous would only delay the refusal. */
     st = braid__fail(c, BRAID_ERR_INVALID_ARG, "backend %s supports world size 1 only, not %d", ops->name, c->size);
+  } else if (ops->caps & BRAID__CAP_OWN_WORLD) {
+    /* Rank and size are the backend's (init sets them); no store. */
+    c->cfg_handle = def.mpi_comm;
   } else {
     st = braid__bootstrap_world(c->rank, c->size, &env, &c->boot, err, sizeof err);
     if (st) braid__fail(c, st, "%s", err);
   }
-  if (!st && by_default && c->boot && c->boot->local_size != c->size)
-    st = braid__fail(c, BRAID_ERR_UNSUPPORTED,
-                     "the %d ranks span several hosts (%d on this one) and no backend was named; set BRAID_BACKEND "
-                     "or braid_config.backend to a backend for several hosts (built: %s)",
-                     c->size, c->boot->local_size, braid__backend_names());
+  if (!st && by_default && c->size > 1 && c->boot) st = choose_auto(c, &ops);
   if (!st && (ops->caps & BRAID__CAP_ONE_HOST) && c->boot && c->boot->local_size != c->size)
     st = braid__fail(c, BRAID_ERR_UNSUPPORTED,
                      "backend %s connects ranks of one host, but the %d ranks span several hosts (%d on this one)",
@@ -130,7 +204,12 @@ braid_status braid_init(const braid_config *cfg, braid_comm **out) {
 
 braid_status braid_destroy(braid_comm *c) {
   if (!c) return braid__null_comm("braid_destroy");
-  /* A failed communicator has nothing left worth waiting for. */
+  /* Checked without touching *c: after a first braid_destroy it is freed. */
+  if (!braid__live_contains(c))
+    return braid__fail(NULL, BRAID_ERR_INVALID_ARG,
+                       "braid_destroy: comm %p is not a live communicator of this process (destroyed already?)",
+                       (void *)c);
+  braid__group_forget(c);
   braid__comm_release(c, -1);
   return BRAID_OK;
 }
@@ -152,6 +231,12 @@ braid_status braid_abort(braid_comm *c) {
   pthread_mutex_unlock(&c->err_lock);
   BLOG_WARN(BRAID_SUB_INIT, c->rank, "%s", msg);
   if (c->ops && c->ops->abort) c->ops->abort(c);
+  /* The other ranks hear of it at once when no call holds the communicator;
+     otherwise the call the abort wakes tells them as it returns. */
+  if (pthread_mutex_trylock(&c->lock) == 0) {
+    braid__publish_failure(c);
+    pthread_mutex_unlock(&c->lock);
+  }
   return BRAID_OK;
 }
 

@@ -4,6 +4,7 @@
 
 #include "api/api.h"
 #include "core/tag.h"
+#include "core/trace.h"
 #include "core/wait.h"
 
 /* A request still in flight stays on the pending list until braid_sync. */
@@ -27,6 +28,7 @@ braid_status braid_send(braid_comm *c, const void *buf, size_t count, braid_dtyp
   BRAID__TRY(braid__check_buf(c, "buf", buf, count));
   BRAID__TRY(braid__check_bytes(c, "buf", count, dt, 1, &bytes));
   if (count == 0) return braid__leave(c, BRAID_OK);
+  braid__trace_begin(c, BRAID__TRACE_SEND, count, dt, (int32_t)tag, dest);
   braid__req *r;
   BRAID__TRY(braid__post_send(c, buf, count, dt, dest, braid__tag_user(tag), &r));
   keep(c, r);
@@ -42,6 +44,7 @@ braid_status braid_recv(braid_comm *c, void *buf, size_t count, braid_dtype dt, 
   BRAID__TRY(braid__check_buf(c, "buf", buf, count));
   BRAID__TRY(braid__check_bytes(c, "buf", count, dt, 1, &bytes));
   if (count == 0) return braid__leave(c, BRAID_OK);
+  braid__trace_begin(c, BRAID__TRACE_RECV, count, dt, (int32_t)tag, src);
   braid__req *r;
   c->posting_mismatch[0] = 0;
   BRAID__TRY(braid__post_recv_user(c, buf, count, dt, src, braid__tag_user(tag), &r));
@@ -73,6 +76,7 @@ static void reap(braid_comm *c) {
 braid_status braid_sync(braid_comm *c) {
   braid_status st = braid__enter(c, "braid_sync");
   if (st) return st;
+  braid__trace_begin(c, BRAID__TRACE_SYNC, (uint64_t)c->npending, BRAID_U8, 0, braid__pending_peer(c));
   /* An error found earlier is reported before waiting on. */
   if (!c->deferred) st = braid__wait_idle(c);
   reap(c);

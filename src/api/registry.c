@@ -13,6 +13,15 @@ static const braid__backend *const backends[] = {
 #if BRAID_WITH_SHM
     &braid__shm_backend,
 #endif
+#if BRAID_WITH_TCP
+    &braid__tcp_backend,
+#endif
+#if BRAID_WITH_HIER
+    &braid__hier_backend,
+#endif
+#if BRAID_WITH_MPI
+    &braid__mpi_backend,
+#endif
     NULL,
 };
 

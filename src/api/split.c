@@ -21,6 +21,10 @@ braid_status braid_split(braid_comm *c, uint32_t color, uint32_t key, braid_comm
   braid_status st = braid__enter(c, "braid_split");
   if (st) return st;
   if (!out) return braid__leave(c, braid__fail(c, BRAID_ERR_INVALID_ARG, "out is NULL"));
+  /* Its result is needed at once, which a queued call cannot give. */
+  if (braid__group_open())
+    return braid__leave(c, braid__fail(c, BRAID_ERR_INVALID_ARG,
+                                       "called inside a group (braid_group_start); split after braid_group_end"));
   *out = NULL;
   uint32_t mine[2] = {color, key};
   uint32_t *all = malloc(sizeof(uint32_t) * 2 * (size_t)c->size);
@@ -54,7 +58,7 @@ braid_status braid_split(braid_comm *c, uint32_t color, uint32_t key, braid_comm
     members[i] = ents[i].rank;
     if (ents[i].rank == c->rank) newrank = i;
   }
-  st = braid__comm_sub(c, c->ops, members, n, newrank, ordinal, color, out);
+  st = braid__comm_sub(c, c->ops, members, n, newrank, ordinal, color, 0, out);
   if (!st) BLOG_DEBUG(BRAID_SUB_INIT, c->rank, "split color %u key %u: rank %d of %d", color, key, newrank, n);
 done:
   free(all);

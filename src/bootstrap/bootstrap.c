@@ -8,6 +8,7 @@
 #include <net/if.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -35,6 +36,44 @@ static void hostport(const char *host, int port, char *out, size_t len) {
 static const uint8_t *token_of(const braid__launch_env *e, size_t *len) {
   *len = e->has_token ? sizeof e->token : 0;
   return e->has_token ? e->token : NULL;
+}
+
+/*
+ * Incarnations. braid_init may run again after braid_destroy; the keys of
+ * the earlier world (registrations, goodbyes, failures, backend keys) may
+ * still be in the store, so each world of a job gets a namespace of its own.
+ * Every rank counts the worlds it bootstraps per store address and job
+ * namespace; ranks that call braid_init equally often agree on the count
+ * without talking, and it becomes part of the key prefix. A process keeps the
+ * count for its lifetime (a forked child inherits it).
+ */
+typedef struct incarnation {
+  struct incarnation *next;
+  unsigned next_n;
+  char key[]; /* "<host:port> <job prefix>" */
+} incarnation;
+
+static pthread_mutex_t inc_lock = PTHREAD_MUTEX_INITIALIZER;
+static incarnation *incs;
+
+/* This world's incarnation of (store, job prefix): 0, 1, 2, ... */
+static unsigned take_incarnation(const char *where, const char *job_prefix) {
+  char key[BRAID__ENV_HOST_MAX + 16 + BRAID__STORE_MAX_KEY / 2 + 2];
+  snprintf(key, sizeof key, "%s %s", where, job_prefix);
+  pthread_mutex_lock(&inc_lock);
+  incarnation *i = incs;
+  while (i && strcmp(i->key, key)) i = i->next;
+  if (!i && (i = malloc(sizeof *i + strlen(key) + 1))) {
+    i->next = incs;
+    i->next_n = 0;
+    memcpy(i->key, key, strlen(key) + 1);
+    incs = i;
+  }
+  /* Out of memory: incarnation 0 again, which a later registration reports
+     as a clash rather than meeting the wrong world. */
+  unsigned n = i ? i->next_n++ : 0;
+  pthread_mutex_unlock(&inc_lock);
+  return n;
 }
 
 struct braid__boot_shared {
@@ -147,6 +186,36 @@ static int loopback_only_hint(const braid__launch_env *e) {
   return !e->has_token && !braid__host_is_loopback(e->store_host);
 }
 
+/* Connects b to its store and sets b->prefix on it. Errors: one sentence in
+   err, BRAID_ERR_BOOTSTRAP (or NO_MEMORY). */
+static braid_status connect_store(braid__boot *b, const uint8_t *tok, size_t toklen, double deadline,
+                                  const char *where, char *err, size_t errlen) {
+  const braid__launch_env *env = &b->env;
+  char why[512] = "";
+  braid_status st =
+      braid__store_connect(env->store_host, env->store_port, tok, toklen, deadline, &b->store, why, sizeof why);
+  if (!st && (st = braid__store_set_prefix(b->store, b->prefix)))
+    snprintf(why, sizeof why, "%s", braid__store_error(b->store));
+  if (!st) return BRAID_OK;
+  /* When rank 0 hosts the store, nothing at all answering means rank 0 is the one missing. */
+  int rank0_missing = st == BRAID_ERR_TIMEOUT && env->store_owner == BRAID__STORE_RANK0 && b->rank != 0;
+  const char *hint = loopback_only_hint(env) ? "; without BRAID_TOKEN the store accepts loopback connections only" : "";
+  if (st == BRAID_ERR_TIMEOUT) {
+    /* The client's sentence says "could not reach the store at ... within";
+       say it once, with the variables that gave the address, and keep its cause. */
+    const char *cause = strstr(why, "(last error: ");
+    return braid__errf(BRAID_ERR_BOOTSTRAP, err, errlen, "could not reach the store at %s (from %s) within %g s%s%s%s%s",
+                       where, env->store_from, env->init_timeout_s, cause ? " " : "", cause ? cause : "",
+                       rank0_missing ? "; rank 0 hosts that store and has not started it (missing rank 0)" : "", hint);
+  }
+  if (strstr(why, where)) /* the client's sentence names the store already */
+    return braid__errf(st == BRAID_ERR_NO_MEMORY ? st : BRAID_ERR_BOOTSTRAP, err, errlen,
+                       "could not connect to the store given by %s: %s%s", env->store_from, why, hint);
+  return braid__errf(st == BRAID_ERR_NO_MEMORY ? st : BRAID_ERR_BOOTSTRAP, err, errlen,
+                     "could not connect to the store at %s (from %s): %s%s", where, env->store_from,
+                     why[0] ? why : braid_status_string(st), hint);
+}
+
 braid_status braid__bootstrap_world(int rank, int size, const braid__launch_env *env, braid__boot **out, char *err,
                                     size_t errlen) {
   *out = NULL;
@@ -206,6 +275,16 @@ braid_status braid__bootstrap_world(int rank, int size, const braid__launch_env 
   hostport(env->store_host, env->store_port, where, sizeof where);
   size_t toklen;
   const uint8_t *tok = token_of(env, &toklen);
+  /* Per job and world size: jobs that share a store (or reuse a port) never
+     read each other's keys, and registration below catches a clash. A later
+     world of the job in this process (braid_init after braid_destroy) adds
+     its incarnation: "w4.1/". */
+  snprintf(b->job_prefix, sizeof b->job_prefix, "braid/%s/w%d/", env->job_id[0] ? env->job_id : "job", size);
+  unsigned inc = take_incarnation(where, b->job_prefix);
+  if (inc > 0)
+    snprintf(b->job_prefix, sizeof b->job_prefix, "braid/%s/w%d.%u/", env->job_id[0] ? env->job_id : "job", size,
+             inc);
+  snprintf(b->prefix, sizeof b->prefix, "%s", b->job_prefix);
 
   if (b->hosting) {
     /* A loopback address is bound as such; otherwise every interface (which the
@@ -230,23 +309,35 @@ braid_status braid__bootstrap_world(int rank, int size, const braid__launch_env 
               tok ? "token required" : "loopback only, no token");
   }
 
-  why[0] = 0;
-  st = braid__store_connect(env->store_host, env->store_port, tok, toklen, deadline, &b->store, why, sizeof why);
-  if (st) {
+  if ((st = connect_store(b, tok, toklen, deadline, where, err, errlen))) {
     free_boot(b);
-    /* When rank 0 hosts the store, nothing at all answering means rank 0 is the one missing. */
-    int rank0_missing = st == BRAID_ERR_TIMEOUT && env->store_owner == BRAID__STORE_RANK0 && rank != 0;
-    return braid__errf(BRAID_ERR_BOOTSTRAP, err, errlen, "could not reach the store at %s (from %s) within %g s: %s%s%s",
-                where, env->store_from, env->init_timeout_s, why[0] ? why : braid_status_string(st),
-                rank0_missing ? "; rank 0 hosts that store and has not started it (missing rank 0)" : "",
-                loopback_only_hint(env) ? "; without BRAID_TOKEN the store accepts loopback connections only" : "");
+    return st;
   }
-
-  /* Per job and world size: jobs that share a store (or reuse a port) never
-     read each other's keys, and registration below catches a clash. */
-  snprintf(b->job_prefix, sizeof b->job_prefix, "braid/%s/w%d/", env->job_id[0] ? env->job_id : "job", size);
-  snprintf(b->prefix, sizeof b->prefix, "%s", b->job_prefix);
-  if ((st = braid__store_set_prefix(b->store, b->prefix))) goto store_error;
+  if (b->env.store_owner == BRAID__STORE_RANK0 && rank != 0 && inc > 0) {
+    /* The store of the previous world, hosted by rank 0 too, may still be up
+       for the last goodbyes, and this rank may have reached it instead of the
+       one rank 0 starts now: the new world's rank 0 registers only in its new
+       store, so a store that closes before rank 0's registration appears
+       there was the old one, and the store is dialled again. Registering
+       comes after, so nothing of this world is left in the old store. */
+    for (;;) {
+      void *v = NULL;
+      size_t vlen = 0;
+      st = braid__store_get(b->store, "rank/0", &v, &vlen, deadline);
+      free(v);
+      if (st == BRAID_ERR_TIMEOUT) break; /* the rendezvous below names the missing rank 0 */
+      if (st != BRAID_ERR_PEER_LOST) break;
+      BLOG_DEBUG(BRAID_SUB_BOOT, rank, "the store at %s closed before rank 0 registered (the previous world's); "
+                 "dialling it again", where);
+      braid__store_close(b->store);
+      b->store = NULL;
+      if ((st = connect_store(b, tok, toklen, deadline, where, err, errlen))) {
+        free_boot(b);
+        return st;
+      }
+    }
+    if (st && st != BRAID_ERR_TIMEOUT) goto store_error;
+  }
 
   char host[256] = "?";
   if (gethostname(host, sizeof host - 1) != 0) snprintf(host, sizeof host, "?");
@@ -292,9 +383,16 @@ braid_status braid__bootstrap_world(int rank, int size, const braid__launch_env 
     describe_missing(present, size, missing, sizeof missing);
     free(present);
     free_boot(b);
-    return braid__errf(BRAID_ERR_BOOTSTRAP, err, errlen, "rendezvous timed out after %g s: %d of %d ranks joined; %s%s",
+    char again[160] = "";
+    if (inc > 0)
+      snprintf(again, sizeof again,
+               " (this process is at braid_init number %u of the job; ranks that called braid_init a different "
+               "number of times do not meet)",
+               inc + 1);
+    return braid__errf(BRAID_ERR_BOOTSTRAP, err, errlen, "rendezvous timed out after %g s: %d of %d ranks joined; %s%s%s",
                 env->init_timeout_s, joined, size, missing,
-                loopback_only_hint(env) ? " (without BRAID_TOKEN the store accepts loopback connections only)" : "");
+                loopback_only_hint(env) ? " (without BRAID_TOKEN the store accepts loopback connections only)" : "",
+                again);
   }
   free(present);
   if (st) goto store_error;
@@ -349,9 +447,11 @@ braid_status braid__bootstrap_split(const braid__boot *parent, int rank, int siz
       free_boot(b);
       char where[BRAID__ENV_HOST_MAX + 16];
       hostport(parent->env.store_host, parent->env.store_port, where, sizeof where);
+      /* Name the store once: the client's sentence usually does already. */
+      int named = strstr(why, where) != NULL;
       return braid__errf(st == BRAID_ERR_NO_MEMORY ? st : BRAID_ERR_BOOTSTRAP, err, errlen,
-                  "could not open a store connection to %s for the new communicator: %s", where,
-                  why[0] ? why : braid_status_string(st));
+                  "could not open a store connection%s%s for the new communicator: %s", named ? "" : " to ",
+                  named ? "" : where, why[0] ? why : braid_status_string(st));
     }
   }
   *out = b;
@@ -377,6 +477,31 @@ int braid__boot_peek(braid__boot *b, const char *key, void **val, size_t *len, d
   double deadline = braid__now() + (reply_timeout_s > 0 ? reply_timeout_s : 0);
   if (braid__store_try_get(b->store, key, val, len, &found, deadline) != BRAID_OK) return -1;
   return found;
+}
+
+long braid__boot_world_pid(braid__boot *b, int w) {
+  if (!b || !b->store) return 0;
+  int same = !strcmp(b->prefix, b->job_prefix);
+  if (!same && braid__store_set_prefix(b->store, b->job_prefix)) return 0;
+  char key[32];
+  snprintf(key, sizeof key, "rank/%d", w);
+  void *v = NULL;
+  size_t len = 0;
+  int found = 0;
+  long pid = 0;
+  if (braid__store_try_get(b->store, key, &v, &len, &found, braid__now() + 1.0) == BRAID_OK && found) {
+    char buf[400], host[256] = "?", theirs[256] = "";
+    snprintf(buf, sizeof buf, "%.*s", (int)(len < sizeof buf ? len : sizeof buf - 1), (const char *)v);
+    if (gethostname(host, sizeof host - 1) != 0) snprintf(host, sizeof host, "?");
+    host[sizeof host - 1] = 0;
+    key_safe(host);
+    const char *p = strstr(buf, "pid=");
+    /* A pid means something only on the host that gave it. */
+    if (sscanf(buf, "host=%255s", theirs) == 1 && !strcmp(theirs, host)) pid = p ? strtol(p + 4, NULL, 10) : 0;
+  }
+  free(v);
+  if (!same) braid__store_set_prefix(b->store, b->prefix);
+  return pid > 0 ? pid : 0;
 }
 
 /* ---------------------------------------------------------------- data-plane listener */

@@ -4,7 +4,9 @@
  * joined. Backends find the store and the job's layout in the communicator's
  * boot. This layer knows ranks and namespaces, not communicators.
  *
- * Key layout, under "braid/<job id>/w<world size>/":
+ * Key layout, under "braid/<job id>/w<world size>/" for a process's first
+ * world of the job at that store, "braid/<job id>/w<world size>.<n>/" for its
+ * n-th later one (braid_init after braid_destroy; every rank counts alike):
  *   rank/<r>  "host=<hostname> pid=<pid> local_rank=<l>"  (registration)
  *   host/<hostname>  counter giving local rank/size when the launcher does not
  *   exit/<r>  set when rank r has freed its last communicator of the job
@@ -40,7 +42,11 @@ typedef struct braid__boot {
  * World bootstrap for this process's rank of size (the world's, as detected
  * in env). With a store address: rank 0 starts the server when the
  * convention says it hosts it, every rank connects and registers, and all
- * wait for each other until env->init_timeout_s. World size 1 needs no
+ * wait for each other until env->init_timeout_s. Each call with a store takes
+ * the next incarnation of (store address, job, world size) in this process,
+ * which names the world's namespace (above); in a later incarnation with
+ * rank 0 hosting, the other ranks register only once rank 0 has, in the
+ * store it started for this world. World size 1 needs no
  * rendezvous: *out gets a boot with store NULL (and env.store_owner NONE)
  * even when an address is configured, and nothing is hosted or dialled.
  * BRAID_IFNAME/BRAID_ADDR are checked here so a wrong interface fails at once.
@@ -78,6 +84,12 @@ void braid__bootstrap_free(braid__boot *b, double timeout_s);
  */
 braid_status braid__boot_set(braid__boot *b, const char *key, const void *val, size_t len);
 int braid__boot_peek(braid__boot *b, const char *key, void **val, size_t *len, double reply_timeout_s);
+
+/* The pid world rank w registered (rank/<w> in the world's namespace), read
+   without waiting; 0 when it has not registered yet, runs on another host or
+   the store cannot say.
+   Usable from a child's boot as well (ranks are the world's). */
+long braid__boot_world_pid(braid__boot *b, int w);
 
 /*
  * Data-plane listener: a listening, non-blocking, CLOEXEC TCP socket for a

@@ -197,30 +197,35 @@ static const char *slurm_tpn_var(const reader *r) {
 
 /* Slurm has no local-size variable; the step's tasks per node ("2(x3),1") with
    SLURM_NODEID (relative to the step's nodes) give it. -1 when either is
-   missing or malformed. */
+   missing or malformed anywhere (the whole list is checked, and every count
+   must fit the rank limit: a count cut down to an int would be a wrong size). */
 static int slurm_local_size(const reader *r) {
   const char *tpn = get(r, slurm_tpn_var(r)), *nid = get(r, "SLURM_NODEID");
   long node;
   if (!tpn || !nid || braid__parse_long(nid, 0, MAX_RANKS, &node)) return -1;
   const char *p = tpn;
+  int found = -1;
   while (*p) {
     char *end;
+    if (*p < '0' || *p > '9') return -1; /* strtol would take spaces and signs */
     errno = 0;
     long tasks = strtol(p, &end, 10);
-    if (errno || end == p || tasks < 1) return -1;
+    if (errno || end == p || tasks < 1 || tasks > MAX_RANKS) return -1;
     long reps = 1;
     p = end;
     if (p[0] == '(' && p[1] == 'x') {
+      if (p[2] < '0' || p[2] > '9') return -1;
+      errno = 0;
       reps = strtol(p + 2, &end, 10);
-      if (end == p + 2 || *end != ')' || reps < 1) return -1;
+      if (errno || *end != ')' || reps < 1 || reps > MAX_RANKS) return -1;
       p = end + 1;
     }
-    if (node < reps) return (int)tasks;
-    node -= reps;
-    if (*p == ',') p++;
+    if (found < 0 && node < reps) found = (int)tasks;
+    if (found < 0) node -= reps;
+    if (*p == ',' && p[1]) p++;
     else if (*p) return -1;
   }
-  return -1;
+  return found;
 }
 
 /* ---------------------------------------------------------------- detection */

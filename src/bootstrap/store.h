@@ -49,7 +49,13 @@ void braid__store_server_set_limits(braid__store_server *s, double frame_timeout
 braid_status braid__store_connect(const char *host, int port, const uint8_t *token, size_t token_len,
                                   double deadline, braid__store **out, char *err, size_t errlen);
 void braid__store_close(braid__store *st);
-/* A second connection with the same address, token and prefix (split children). */
+/* A second connection with the same address, token and prefix (split children).
+   st reached the store before, so a store that now refuses connections (or
+   cannot be reached) is gone, not late: after BRAID__STORE_GONE_S seconds of
+   such failures the clone fails with BRAID_ERR_PEER_LOST ("the store at
+   host:port is gone: ..."), whatever the deadline; a store that answers is
+   retried until the deadline as in braid__store_connect. */
+#define BRAID__STORE_GONE_S 2.0
 braid_status braid__store_clone(const braid__store *st, double deadline, braid__store **out, char *err,
                                 size_t errlen);
 /* Prefix prepended to every key of this client (namespaces: jobs, split communicators). */
@@ -58,6 +64,7 @@ const char *braid__store_error(const braid__store *st);
 /* How long SET, ADD, CAS and DELETE (which take no deadline) wait for their
    reply: default 300 s; 0 waits forever. */
 void braid__store_set_op_timeout(braid__store *st, double timeout_s);
+double braid__store_op_timeout(const braid__store *st);
 
 braid_status braid__store_set(braid__store *st, const char *key, const void *val, size_t len);
 /* Blocks until key exists or the deadline passes (BRAID_ERR_TIMEOUT). *val is malloc'd; free it. */

@@ -107,6 +107,13 @@ static int auth_fail_msg(int reason, const char *hp, char *why, size_t whylen) {
                "for every process)",
                hp);
       break;
+    case BRAID__PST_OTHER_USER:
+      snprintf(why, whylen,
+               "store at %s has no job token, so it accepts connections from the user that started it only, and "
+               "this process runs as another user (run every rank as one user, or set the same BRAID_TOKEN for "
+               "every process)",
+               hp);
+      break;
     case BRAID__PST_VERSION:
       snprintf(why, whylen, "store at %s does not speak store protocol version %d (mixed braid versions?)", hp,
                BRAID__PROTO_VERSION);
@@ -169,18 +176,32 @@ static int handshake(int fd, const char *hp, const uint8_t *token, size_t tlen, 
   size_t at = braid__proto_begin(&b, BRAID__PT_C_HELLO, 0, 0);
   braid__proto_put_hello(&b, token ? BRAID__PROTO_FLAG_TOKEN : 0, nonce_c, mac);
   braid__proto_end(&b, at);
-  r = b.oom ? BRAID__SOCK_ERR : braid__sock_write_full(fd, b.p, b.len, dl);
+  int oom = b.oom;
+  r = oom ? BRAID__SOCK_ERR : braid__sock_write_full(fd, b.p, b.len, dl);
   braid__buf_free(&b);
+  /* A store that refuses says why (AUTH_FAIL) before it closes; one that
+     closes without a word is stopping (a world's rank 0 replacing its store
+     for the next braid_init) or dropped this connection: try again. */
   if (r != BRAID__SOCK_OK) {
+    if (oom) {
+      snprintf(why, whylen, "store client: out of memory for the handshake with %s", hp);
+      return HS_FAIL;
+    }
     snprintf(why, whylen, "store at %s closed the connection during authentication", hp);
-    return HS_FAIL;
+    return r == BRAID__SOCK_TIMEOUT && dl < cap ? HS_DEADLINE : HS_RETRY;
   }
   if (read_small_frame(fd, dl, &h, p, &io) != 0) {
-    if (io == BRAID__SOCK_TIMEOUT)
+    if (io == BRAID__SOCK_TIMEOUT) {
+      if (dl < cap) return HS_DEADLINE;
       snprintf(why, whylen, "store at %s did not answer the authentication in time", hp);
-    else
-      snprintf(why, whylen, "store at %s closed the connection during authentication", hp);
-    return HS_FAIL;
+      return HS_FAIL;
+    }
+    if (io == BRAID__SOCK_OK) { /* a frame, but not one of the protocol */
+      snprintf(why, whylen, "%s is not a braid store (unexpected handshake bytes)", hp);
+      return HS_FAIL;
+    }
+    snprintf(why, whylen, "store at %s closed the connection during authentication", hp);
+    return HS_RETRY;
   }
   if (h.type == BRAID__PT_AUTH_FAIL) return auth_fail_msg(h.status, hp, why, whylen);
   if (h.type != BRAID__PT_AUTH_OK || h.len != BRAID__PROTO_MAC) {
@@ -213,11 +234,18 @@ static int retryable_errno(int e) {
          e == ECONNABORTED || e == EAGAIN || e == EADDRNOTAVAIL || e == EINTR;
 }
 
-static braid_status open_conn(braid__store *st, double deadline, char *err, size_t errlen) {
+/* Connects and authenticates by the deadline. gone_s > 0: the store served
+   this client before, so connections refused or unreachable for gone_s
+   seconds mean it is gone (PEER_LOST) rather than not started yet; a store
+   that answers (busy, or closing mid-handshake) is still retried until the
+   deadline. */
+static braid_status open_conn(braid__store *st, double deadline, double gone_s, char *err, size_t errlen) {
   double t0 = braid__now(), backoff = 0.01;
+  double gone_at = gone_s > 0 ? t0 + gone_s : INFINITY;
   char why[400] = "";
   for (;;) {
     double cap = braid__now() + 10.0; /* a silent host: retry rather than wait on one SYN */
+    if (gone_at < cap) cap = fmax(gone_at, braid__now() + 0.5); /* the last try still gets its time */
     int fd = -1;
     int r = braid__sock_connect(st->host, st->port, deadline < cap ? deadline : cap, &fd, why, sizeof why);
     if (r == 0) {
@@ -237,6 +265,12 @@ static braid_status open_conn(braid__store *st, double deadline, char *err, size
     } else if (!retryable_errno(r)) {
       snprintf(err, errlen, "cannot connect to the store at %s: %s", st->hp, why);
       return BRAID_ERR_BOOTSTRAP;
+    } else if (braid__now() >= gone_at && braid__now() < deadline) {
+      snprintf(err, errlen,
+               "the store at %s is gone: it served this job before, but connections to it have failed for %g s "
+               "(%s)",
+               st->hp, gone_s, r > 0 ? strerror(r) : why);
+      return BRAID_ERR_PEER_LOST;
     }
     double now = braid__now();
     if (now >= deadline) {
@@ -245,7 +279,7 @@ static braid_status open_conn(braid__store *st, double deadline, char *err, size
       return BRAID_ERR_TIMEOUT;
     }
     BLOG_DEBUG(BRAID_SUB_BOOT, -1, "store client: %s; retrying in %g s", why, backoff);
-    braid__sleep(fmin(backoff, deadline - now));
+    braid__sleep(fmin(backoff, fmin(deadline, gone_at) - now));
     backoff = fmin(backoff * 2, 1.0);
   }
 }
@@ -296,7 +330,7 @@ braid_status braid__store_connect(const char *host, int port, const uint8_t *tok
     snprintf(err, errlen, "store client: out of memory");
     return BRAID_ERR_NO_MEMORY;
   }
-  braid_status s = open_conn(st, deadline, err, errlen);
+  braid_status s = open_conn(st, deadline, 0, err, errlen);
   if (s != BRAID_OK) {
     free_store(st);
     return s;
@@ -310,8 +344,18 @@ void braid__store_close(braid__store *st) { free_store(st); }
 
 braid_status braid__store_clone(const braid__store *st, double deadline, braid__store **out, char *err,
                                 size_t errlen) {
-  braid_status s = braid__store_connect(st->host, st->port, st->token, st->token_len, deadline, out, err, errlen);
-  if (s != BRAID_OK) return s;
+  *out = NULL;
+  braid__store *c = new_store(st->host, st->port, st->token, st->token_len);
+  if (!c) {
+    snprintf(err, errlen, "store client: out of memory");
+    return BRAID_ERR_NO_MEMORY;
+  }
+  braid_status s = open_conn(c, deadline, BRAID__STORE_GONE_S, err, errlen);
+  if (s != BRAID_OK) {
+    free_store(c);
+    return s;
+  }
+  *out = c;
   (*out)->op_timeout = st->op_timeout;
   s = braid__store_set_prefix(*out, st->prefix);
   if (s != BRAID_OK) {
@@ -339,6 +383,7 @@ braid_status braid__store_set_prefix(braid__store *st, const char *prefix) {
 const char *braid__store_error(const braid__store *st) { return st ? st->err : "no store client"; }
 
 void braid__store_set_op_timeout(braid__store *st, double timeout_s) { st->op_timeout = timeout_s; }
+double braid__store_op_timeout(const braid__store *st) { return st->op_timeout; }
 
 /* ---- requests ----------------------------------------------------------- */
 

@@ -10,6 +10,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,7 +76,43 @@ struct braid__store_core {
   uint64_t seed;
   braid__store_conn *conns;
   int created; /* a key appeared since parked requests were last checked */
+  double warn_at;        /* when the last per-connection warning was logged */
+  unsigned warn_skipped; /* per-connection warnings left out since then */
 };
+
+/* Warnings about single connections (refused, dropped) are rate-limited: a
+   flood of bad clients must not flood the log. At most one line per
+   WARN_INTERVAL; the ones left out are counted, and the count is logged once
+   the interval has passed (braid__store_core_tick). */
+#define WARN_INTERVAL 1.0
+
+static void conn_warn(braid__store_core *c, double now, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void conn_warn(braid__store_core *c, double now, const char *fmt, ...) {
+  if (!braid__log_enabled(BRAID_LOG_WARN, BRAID_SUB_BOOT)) return;
+  if (now - c->warn_at < WARN_INTERVAL) {
+    c->warn_skipped++;
+    return;
+  }
+  char line[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line, sizeof line, fmt, ap);
+  va_end(ap);
+  braid__log_write(BRAID_LOG_WARN, BRAID_SUB_BOOT, -1, "%s", line);
+  c->warn_at = now;
+}
+
+/* The count of warnings left out, once their interval is over (or at once:
+   force, when the store stops). */
+static void warn_flush(braid__store_core *c, double now, int force) {
+  if (!c->warn_skipped || (!force && now - c->warn_at < WARN_INTERVAL)) return;
+  BLOG_WARN(BRAID_SUB_BOOT, -1,
+            "store: %u more connection%s refused or dropped in the last %.1f s (not logged one by one: at most "
+            "one such line per second)",
+            c->warn_skipped, c->warn_skipped == 1 ? "" : "s", now - c->warn_at);
+  c->warn_at = now;
+  c->warn_skipped = 0;
+}
 
 static uint64_t hash_key(const braid__store_core *c, const uint8_t *k, size_t n) {
   uint64_t h = 1469598103934665603ull ^ c->seed;
@@ -187,6 +224,7 @@ braid__store_core *braid__store_core_new(const uint8_t *token, size_t token_len)
   c->frame_timeout = DEF_FRAME_TIMEOUT;
   c->auth_timeout = DEF_AUTH_TIMEOUT;
   c->max_total_bytes = DEF_MAX_BYTES;
+  c->warn_at = -INFINITY;
   (void)braid__random_bytes(&c->seed, sizeof c->seed);
   return c;
 }
@@ -250,7 +288,7 @@ braid__store_conn *braid__store_core_open(braid__store_core *c, int is_loopback,
   if (c->conns) c->conns->prev = k;
   c->conns = k;
   if (!c->token && !is_loopback) {
-    BLOG_WARN(BRAID_SUB_BOOT, -1,
+    conn_warn(c, now,
               "store: refused connection from %s: without a job token the store accepts loopback "
               "connections only (set BRAID_TOKEN to accept other hosts)",
               k->peer);
@@ -269,17 +307,17 @@ braid__store_conn *braid__store_core_open(braid__store_core *c, int is_loopback,
   return k;
 }
 
-static void on_hello(braid__store_core *c, braid__store_conn *k, const uint8_t *p, size_t len) {
+static void on_hello(braid__store_core *c, braid__store_conn *k, const uint8_t *p, size_t len, double now) {
   braid__proto_hello h;
   int r = braid__proto_decode_hello(p, len, 1, &h);
   if (r == -1) {
-    BLOG_WARN(BRAID_SUB_BOOT, -1, "store: dropped connection from %s: not a braid store client (bad hello)",
+    conn_warn(c, now, "store: dropped connection from %s: not a braid store client (bad hello)",
               k->peer);
     drop(k);
     return;
   }
   if (r == -2) {
-    BLOG_WARN(BRAID_SUB_BOOT, -1,
+    conn_warn(c, now,
               "store: refused connection from %s: it speaks store protocol version %u, this store speaks %u",
               k->peer, (unsigned)h.version, (unsigned)BRAID__PROTO_VERSION);
     auth_fail(k, BRAID__PST_VERSION);
@@ -289,7 +327,7 @@ static void on_hello(braid__store_core *c, braid__store_conn *k, const uint8_t *
   uint8_t mac[BRAID__HMAC_LEN] = {0};
   if (c->token) {
     if (!has) {
-      BLOG_WARN(BRAID_SUB_BOOT, -1,
+      conn_warn(c, now,
                 "store: refused connection from %s: it sent no job token (BRAID_TOKEN unset on that process?)",
                 k->peer);
       auth_fail(k, BRAID__PST_NO_TOKEN);
@@ -298,7 +336,7 @@ static void on_hello(braid__store_core *c, braid__store_conn *k, const uint8_t *
     uint8_t want[BRAID__HMAC_LEN];
     if (braid__store_auth_mac(c->token, c->token_len, 0, k->nonce, h.nonce, want) != 0 ||
         !braid__ct_equal(want, h.mac, sizeof want)) {
-      BLOG_WARN(BRAID_SUB_BOOT, -1, "store: refused connection from %s: wrong job token", k->peer);
+      conn_warn(c, now, "store: refused connection from %s: wrong job token", k->peer);
       auth_fail(k, BRAID__PST_BAD_TOKEN);
       return;
     }
@@ -307,7 +345,7 @@ static void on_hello(braid__store_core *c, braid__store_conn *k, const uint8_t *
       return;
     }
   } else if (has) {
-    BLOG_WARN(BRAID_SUB_BOOT, -1,
+    conn_warn(c, now,
               "store: refused connection from %s: it has a job token but this store was started without one",
               k->peer);
     auth_fail(k, BRAID__PST_UNEXPECTED_TOKEN);
@@ -387,7 +425,7 @@ static int on_request(braid__store_core *c, braid__store_conn *k, const braid__p
   braid__proto_req q;
   int st = braid__proto_decode_req(h->type, p, h->len, &q);
   if (st == BRAID__PST_BAD_REQUEST) {
-    BLOG_WARN(BRAID_SUB_BOOT, -1, "store: dropped connection from %s: malformed request (type %u, %u bytes)",
+    conn_warn(c, now, "store: dropped connection from %s: malformed request (type %u, %u bytes)",
               k->peer, (unsigned)h->type, (unsigned)h->len);
     reply_status(k, h, st);
     drop(k);
@@ -471,7 +509,7 @@ static void process(braid__store_core *c, braid__store_conn *k, double now) {
     const uint8_t *p = k->in + k->in_off;
     uint32_t max = k->state == K_HELLO ? BRAID__PROTO_MAX_PREAUTH : BRAID__PROTO_MAX_PAYLOAD;
     if (braid__proto_parse_hdr(p, max, &h) != 0) {
-      BLOG_WARN(BRAID_SUB_BOOT, -1,
+      conn_warn(c, now,
                 "store: dropped connection from %s: malformed frame header (length %u, limit %u)", k->peer,
                 (unsigned)h.len, (unsigned)max);
       drop(k);
@@ -480,14 +518,14 @@ static void process(braid__store_core *c, braid__store_conn *k, double now) {
     if (avail - BRAID__PROTO_HDR < h.len) break;
     if (k->state == K_HELLO) {
       if (h.type != BRAID__PT_C_HELLO) {
-        BLOG_WARN(BRAID_SUB_BOOT, -1, "store: dropped connection from %s: request before authentication",
+        conn_warn(c, now, "store: dropped connection from %s: request before authentication",
                   k->peer);
         drop(k);
         break;
       }
-      on_hello(c, k, p + BRAID__PROTO_HDR, h.len);
+      on_hello(c, k, p + BRAID__PROTO_HDR, h.len, now);
     } else if (h.type < BRAID__PT_SET || h.type > BRAID__PT_WAIT) {
-      BLOG_WARN(BRAID_SUB_BOOT, -1, "store: dropped connection from %s: unknown request type %u", k->peer,
+      conn_warn(c, now, "store: dropped connection from %s: unknown request type %u", k->peer,
                 (unsigned)h.type);
       drop(k);
       break;
@@ -535,7 +573,7 @@ int braid__store_core_feed(braid__store_core *c, braid__store_conn *k, const uin
     }
     size_t take = len < cap - k->in_len ? len : cap - k->in_len;
     if (len && take == 0) {
-      BLOG_WARN(BRAID_SUB_BOOT, -1, "store: dropped connection from %s: sent more than %zu bytes ahead", k->peer,
+      conn_warn(c, now, "store: dropped connection from %s: sent more than %zu bytes ahead", k->peer,
                 cap);
       drop(k);
       return -1;
@@ -563,19 +601,20 @@ int braid__store_core_feed(braid__store_core *c, braid__store_conn *k, const uin
 }
 
 double braid__store_core_tick(braid__store_core *c, double now) {
-  double next = INFINITY;
+  warn_flush(c, now, 0);
+  double next = c->warn_skipped ? c->warn_at + WARN_INTERVAL : INFINITY;
   int created = c->created;
   c->created = 0;
   for (braid__store_conn *k = c->conns; k; k = k->next) {
     if (k->dropped) continue;
     if (k->state == K_HELLO && now >= k->opened + c->auth_timeout) {
-      BLOG_WARN(BRAID_SUB_BOOT, -1, "store: dropped connection from %s: no authentication within %g s", k->peer,
+      conn_warn(c, now, "store: dropped connection from %s: no authentication within %g s", k->peer,
                 c->auth_timeout);
       drop(k);
       continue;
     }
     if (k->partial_since >= 0 && now >= k->partial_deadline) {
-      BLOG_WARN(BRAID_SUB_BOOT, -1, "store: dropped connection from %s: incomplete frame for %.1f s", k->peer,
+      conn_warn(c, now, "store: dropped connection from %s: incomplete frame for %.1f s", k->peer,
                 now - k->partial_since);
       drop(k);
       continue;
@@ -656,6 +695,7 @@ struct braid__store_server {
   size_t lim_bytes;
   int lim_changed;
   int max_conns;
+  uid_t uid; /* the user a token-less store admits: its own */
 };
 
 #define RBUF (256u << 10)
@@ -681,6 +721,124 @@ static int flush(braid__store_server *s, slot *sl, double now) {
   }
 }
 
+/* Answers a connection that is not accepted with AUTH_FAIL(reason) and closes it. */
+static void refuse_at_once(int fd, int reason) {
+  uint8_t f[BRAID__PROTO_HDR] = {0};
+  f[4] = BRAID__PT_AUTH_FAIL;
+  f[5] = (uint8_t)reason;
+  size_t done;
+  (void)braid__sock_send_some(fd, f, sizeof f, &done);
+  close(fd);
+}
+
+/* An endpoint as the kernel's socket tables print it: IPv4 addresses as
+   IPv4-mapped IPv6 ones, so a connection between an IPv4 and a dual-stack
+   IPv6 socket compares equal from both ends. */
+typedef struct endpoint {
+  uint8_t addr[16];
+  unsigned port;
+} endpoint;
+
+static int endpoint_of(const struct sockaddr_storage *ss, endpoint *e) {
+  memset(e, 0, sizeof *e);
+  if (ss->ss_family == AF_INET) {
+    const struct sockaddr_in *a = (const struct sockaddr_in *)ss;
+    e->addr[10] = e->addr[11] = 0xff;
+    memcpy(e->addr + 12, &a->sin_addr, 4);
+    e->port = ntohs(a->sin_port);
+    return 0;
+  }
+  if (ss->ss_family == AF_INET6) {
+    const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)ss;
+    memcpy(e->addr, &a->sin6_addr, 16);
+    e->port = ntohs(a->sin6_port);
+    return 0;
+  }
+  return -1;
+}
+
+/* "0100007F:1F90" (/proc/net/tcp) or 32 hex digits and a port (tcp6). The
+   kernel prints each 32-bit word of the address as a number in host byte
+   order, so each parsed word is stored back as such. */
+static int parse_proc_endpoint(const char *hex, unsigned port, int v6, endpoint *e) {
+  size_t n = strlen(hex);
+  if (n != (v6 ? 32u : 8u)) return -1;
+  memset(e, 0, sizeof *e);
+  uint8_t raw[16];
+  for (size_t w = 0; w < n / 8; w++) {
+    char word[9];
+    memcpy(word, hex + 8 * w, 8);
+    word[8] = 0;
+    char *end;
+    uint32_t v = (uint32_t)strtoul(word, &end, 16);
+    if (*end) return -1;
+    memcpy(raw + 4 * w, &v, 4);
+  }
+  if (v6) {
+    memcpy(e->addr, raw, 16);
+  } else {
+    e->addr[10] = e->addr[11] = 0xff;
+    memcpy(e->addr + 12, raw, 4);
+  }
+  e->port = port;
+  return 0;
+}
+
+/* Looks for the socket whose local end is `local` and remote end `remote` in
+   one of the kernel's tables: 1 and *uid when found, 0 when not, -errno when
+   the table cannot be read. */
+static int find_socket(const char *table, int v6, const endpoint *local, const endpoint *remote, uid_t *uid) {
+  FILE *f = fopen(table, "re");
+  if (!f) return -errno;
+  char line[512];
+  int found = 0;
+  while (!found && fgets(line, sizeof line, f)) {
+    char la[40], ra[40];
+    unsigned lp, rp, st, u;
+    /* "sl local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid ..." (the header fails here) */
+    if (sscanf(line, " %*u: %39[0-9A-Fa-f]:%x %39[0-9A-Fa-f]:%x %x %*x:%*x %*x:%*x %*x %u", la, &lp, ra, &rp, &st,
+               &u) != 6)
+      continue;
+    endpoint l, r;
+    if (parse_proc_endpoint(la, lp, v6, &l) || parse_proc_endpoint(ra, rp, v6, &r)) continue;
+    if (l.port == local->port && r.port == remote->port && !memcmp(l.addr, local->addr, 16) &&
+        !memcmp(r.addr, remote->addr, 16)) {
+      *uid = (uid_t)u;
+      found = 1;
+    }
+  }
+  fclose(f);
+  return found;
+}
+
+/* The user owning the peer's end of the accepted loopback connection fd: its
+   socket has the peer's address as its local end and ours as its remote end.
+   0 and *uid, or -1 with why saying what went wrong. */
+static int peer_owner(int fd, const struct sockaddr_storage *peer, uid_t *uid, char *why, size_t whylen) {
+  struct sockaddr_storage me;
+  socklen_t ml = sizeof me;
+  endpoint theirs, ours;
+  if (getsockname(fd, (struct sockaddr *)&me, &ml) != 0 || endpoint_of(peer, &theirs) || endpoint_of(&me, &ours)) {
+    snprintf(why, whylen, "its address cannot be read (%s)", strerror(errno));
+    return -1;
+  }
+  int readable = 0, e = 0;
+  static const char *const tables[2] = {"/proc/net/tcp", "/proc/net/tcp6"};
+  for (int v6 = 0; v6 < 2; v6++) {
+    int r = find_socket(tables[v6], v6, &theirs, &ours, uid);
+    if (r == 1) return 0;
+    if (r == 0) readable = 1;
+    else if (!e) e = -r;
+  }
+  if (!readable)
+    snprintf(why, whylen, "the kernel's socket table, which says what user owns the connection, cannot be read "
+                          "(/proc/net/tcp: %s)", strerror(e));
+  else
+    snprintf(why, whylen, "its socket is not in the kernel's socket tables (/proc/net/tcp, tcp6), so its user is "
+                          "unknown");
+  return -1;
+}
+
 static void do_accept(braid__store_server *s, int lfd, double now) {
   for (;;) {
     struct sockaddr_storage ss;
@@ -700,18 +858,32 @@ static void do_accept(braid__store_server *s, int lfd, double now) {
     char peer[64];
     braid__sock_addr_format((struct sockaddr *)&ss, peer, sizeof peer);
     if ((int)s->nslots >= s->max_conns) {
-      if (now - s->last_busy_log > 1.0) {
-        BLOG_WARN(BRAID_SUB_BOOT, -1, "store: refused connection from %s: %d connections already open", peer,
-                  s->max_conns);
-        s->last_busy_log = now;
-      }
-      uint8_t f[BRAID__PROTO_HDR] = {0};
-      f[4] = BRAID__PT_AUTH_FAIL;
-      f[5] = BRAID__PST_BUSY;
-      size_t done;
-      (void)braid__sock_send_some(fd, f, sizeof f, &done);
-      close(fd);
+      conn_warn(s->core, now, "store: refused connection from %s: %d connections already open", peer, s->max_conns);
+      refuse_at_once(fd, BRAID__PST_BUSY);
       continue;
+    }
+    int loopback = braid__sock_is_loopback((struct sockaddr *)&ss);
+    if (!s->core->token && loopback) {
+      /* Without a token any local user could reach the port: admit the
+         store's own user only, as the kernel's socket table tells. */
+      char why[200] = "";
+      uid_t owner = 0;
+      if (peer_owner(fd, &ss, &owner, why, sizeof why) != 0) {
+        conn_warn(s->core, now,
+                  "store: refused connection from %s: without a job token the store admits its own user (uid %u) "
+                  "only, and %s (set BRAID_TOKEN to admit by token instead)",
+                  peer, (unsigned)s->uid, why);
+        refuse_at_once(fd, BRAID__PST_OTHER_USER);
+        continue;
+      }
+      if (owner != s->uid) {
+        conn_warn(s->core, now,
+                  "store: refused connection from %s: its socket belongs to uid %u, and without a job token the "
+                  "store admits its own user (uid %u) only (set BRAID_TOKEN to admit other users' processes)",
+                  peer, (unsigned)owner, (unsigned)s->uid);
+        refuse_at_once(fd, BRAID__PST_OTHER_USER);
+        continue;
+      }
     }
     if (s->nslots == s->cap) {
       size_t nc = s->cap ? s->cap * 2 : 64;
@@ -725,7 +897,7 @@ static void do_accept(braid__store_server *s, int lfd, double now) {
     }
     (void)braid__sock_set_nodelay(fd);
     (void)braid__sock_set_keepalive(fd, 60, 10, 6); /* a vanished host must not pin a parked GET forever */
-    braid__store_conn *k = braid__store_core_open(s->core, braid__sock_is_loopback((struct sockaddr *)&ss), peer, now);
+    braid__store_conn *k = braid__store_core_open(s->core, loopback, peer, now);
     if (!k) {
       close(fd);
       continue;
@@ -1017,6 +1189,7 @@ braid_status braid__store_server_start(const char *host, int port, const uint8_t
   }
   s->wake[0] = s->wake[1] = -1;
   s->max_conns = DEF_MAX_CONNS;
+  s->uid = geteuid();
   pthread_mutex_init(&s->mu, NULL);
   s->core = braid__store_core_new(token, token_len);
   s->rbuf = malloc(RBUF);
@@ -1109,5 +1282,6 @@ void braid__store_server_stop(braid__store_server *s) {
   atomic_store(&s->stop, 1);
   wake(s);
   pthread_join(s->thread, NULL);
+  warn_flush(s->core, braid__now(), 1);
   server_free(s);
 }

@@ -8,6 +8,7 @@
 
 #include "core/dtype.h"
 #include "core/tag.h"
+#include "core/trace.h"
 
 static _Thread_local char tls_error[BRAID_ERRLEN];
 static _Thread_local char tls_copy[BRAID_ERRLEN];
@@ -18,7 +19,7 @@ void braid__set_thread_error(const char *msg) { snprintf(tls_error, sizeof tls_e
    fails c, keeping the first cause in fatal_error / fatal_text. */
 static braid_status record(braid_comm *c, braid_status st, const char *text, int force) {
   char msg[BRAID_ERRLEN];
-  snprintf(msg, sizeof msg, "%s (rank %d)", text, c->rank);
+  snprintf(msg, sizeof msg, "%s (rank %d)", text, braid__label(c, c->rank));
   int fatal = force || braid__status_is_fatal(st);
   int expected = 0;
   pthread_mutex_lock(&c->err_lock);
@@ -100,12 +101,13 @@ braid_status braid__coll_mismatch_of(braid_comm *c, uint64_t seq, const braid__d
                                      const braid__desc *theirs, uint64_t their_seq) {
   if (atomic_load(&c->failed)) return (braid_status)atomic_load(&c->failed);
   char text[400], full[BRAID_ERRLEN];
-  braid__desc_mismatch_text(text, sizeof text, peer, theirs, c->rank, mine);
+  braid__desc_mismatch_text(text, sizeof text, braid__label(c, peer), theirs, braid__label(c, c->rank), mine);
   if (their_seq == seq)
     snprintf(full, sizeof full, "%s #%llu: %s", braid__coll_call_name(mine->kind), (unsigned long long)seq, text);
   else
     snprintf(full, sizeof full, "%s #%llu: %s (rank %d is at its collective #%llu: a rank skipped or added a call)",
-             braid__coll_call_name(mine->kind), (unsigned long long)seq, text, peer, (unsigned long long)their_seq);
+             braid__coll_call_name(mine->kind), (unsigned long long)seq, text, braid__label(c, peer),
+             (unsigned long long)their_seq);
   return record(c, BRAID_ERR_MISMATCH, full, 1);
 }
 
@@ -161,6 +163,11 @@ void braid__comm_free(braid_comm *c) {
     free(r);
   }
   for (int i = 0; i < BRAID__NSCRATCH; i++) free(c->scratch[i]);
+  free(c->label_of);
+  free(c->world_of);
+  free(c->scope);
+  free(c->scope_pid);
+  braid__trace_free(c);
   pthread_mutex_destroy(&c->lock);
   pthread_mutex_destroy(&c->err_lock);
   free(c);

@@ -33,6 +33,9 @@ enum {
   BRAID__CAP_SINGLE_RANK = 1 << 1, /* world size 1 only */
   BRAID__CAP_ONE_HOST = 1 << 2,    /* every rank on one host */
   BRAID__CAP_DEVICE_MEM = 1 << 3,  /* buffers are device memory */
+  BRAID__CAP_PREMUL = 1 << 4,      /* native reductions take scaled-sum ops (braid__premul_of); without
+                                      it the core scales the input and passes BRAID_SUM */
+  BRAID__CAP_OWN_WORLD = 1 << 5,   /* init learns rank and size itself (MPI): no store, no rendezvous */
 };
 
 #define BRAID__ALL_DTYPES (~0ull) /* dtype mask bit per braid_dtype code (all codes are < 64) */
@@ -122,12 +125,36 @@ struct braid__backend {
   braid_status (*all_gather)(braid_comm *c, const void *send, void *recv, size_t count, braid_dtype dt);
   braid_status (*reduce_scatter)(braid_comm *c, const void *send, void *recv, size_t count, braid_dtype dt,
                                  braid_op op);
+  /* recv significant at root only; gather's recv and scatter's send hold
+     count * size elements at the root; all-to-all's both everywhere;
+     all-to-allv's counts and displacements are per peer, in elements. */
+  braid_status (*reduce)(braid_comm *c, const void *send, void *recv, size_t count, braid_dtype dt, braid_op op,
+                         int root);
+  braid_status (*gather)(braid_comm *c, const void *send, void *recv, size_t count, braid_dtype dt, int root);
+  braid_status (*scatter)(braid_comm *c, const void *send, void *recv, size_t count, braid_dtype dt, int root);
+  braid_status (*all_to_all)(braid_comm *c, const void *send, void *recv, size_t count, braid_dtype dt);
+  braid_status (*all_to_allv)(braid_comm *c, const void *send, const size_t *send_counts, const size_t *send_displs,
+                              void *recv, const size_t *recv_counts, const size_t *recv_displs, braid_dtype dt);
 
   const braid__stream_ops *stream;
 };
 
 #define BRAID_ERRLEN 512
 #define BRAID__NSCRATCH 4
+/* Scratch slot the core keeps for a call's prescaled input (scaled sums);
+   the generic algorithms use slots 0 to 2. */
+#define BRAID__SCRATCH_PREMUL 3
+
+/* A scaled-sum op of a communicator (braid_op_premul_sum): op handle
+   BRAID__PREMUL_BASE + slot. */
+#define BRAID__PREMUL_BASE 8
+#define BRAID__PREMUL_MAX 64
+typedef struct braid__premul {
+  uint8_t used;
+  uint8_t dt;               /* braid_dtype of the op (and of its scalar) */
+  uint32_t digest;          /* of dt and the scalar's bits: what the call check compares */
+  unsigned char scalar[16]; /* the scalar, in dt */
+} braid__premul;
 
 struct braid_comm {
   const braid__backend *ops;
@@ -139,6 +166,8 @@ struct braid_comm {
   braid__desc desc;   /* the collective in progress (kind NONE outside one) */
   braid__desc prev_desc; /* the one before (seq - 1) */
   uint32_t desc_hash; /* braid__desc_hash(seq, &desc) */
+  uint16_t desc_flags; /* put in the next collective's descriptor: a backend calling into its parts makes
+                          its own call's digest part of theirs */
   int check;          /* cross-rank call check on (BRAID_CHECK) */
   int stale_watch;    /* a generic collective ran: the next one looks for its unreceived messages */
   uint8_t algo[BRAID__COLL_NKINDS]; /* forced algorithm per collective (BRAID_ALGO), 0: automatic */
@@ -148,6 +177,14 @@ struct braid_comm {
   double yield_s;      /* ... then yield this long before sleeping */
   struct braid__boot *boot;   /* rendezvous store and job layout (bootstrap/bootstrap.h) */
   struct braid_comm *parent;  /* sub-communicator: the communicator it serves (NULL for user communicators) */
+  const void *cfg_handle; /* braid_config's backend handle (cfg->mpi_comm), for init; NULL: none */
+  int *label_of;      /* a backend's internal part: its rank q is rank label_of[q] of the communicator the
+                         user sees, which its messages name (NULL: ranks are their own labels) */
+  int *world_of;      /* rank q is world rank world_of[q] (NULL: this is the world) */
+  int *scope;         /* while starting: the world ranks whose death fails the start, scope[i] named
+                         "rank i" (NULL: every world rank, by world rank) */
+  int nscope;
+  long *scope_pid;    /* their pids as learned while starting (0: not yet, or on another host) */
 
   pthread_mutex_t lock;   /* serializes calls */
   const char *call;       /* name of the public call in progress (under lock) */
@@ -171,10 +208,16 @@ struct braid_comm {
 
   struct braid_comm *live_next; /* this process's communicators (core/wait.c) */
 
+  struct braid__trace *trace;          /* the flight recorder (core/trace.h); NULL when off */
+  struct braid__trace_ent *trace_cur;  /* the entry of the call in progress */
+  unsigned trace_signal_seen;          /* SIGUSR1 dumps answered */
+
   pthread_mutex_t err_lock; /* guards the messages (abort may write from another thread) */
   char last_error[BRAID_ERRLEN];
   char fatal_error[BRAID_ERRLEN]; /* message of the error that failed the communicator */
   char fatal_text[BRAID_ERRLEN];  /* the same without " (rank R)": what other ranks are told */
+
+  braid__premul premul[BRAID__PREMUL_MAX]; /* scaled-sum ops (under lock) */
 };
 
 /* Records an error on c (or on this thread only, c NULL): message
@@ -193,6 +236,19 @@ braid_status braid__fail_relayed(braid_comm *c, braid_status st, const char *msg
 
 /* The calling thread's last error (braid_last_error(NULL)). */
 void braid__set_thread_error(const char *msg);
+
+/* The rank number messages use for rank q of c. */
+static inline int braid__label(const braid_comm *c, int q) {
+  return c->label_of && q >= 0 && q < c->size ? c->label_of[q] : q;
+}
+
+/* The scaled-sum op behind handle op on c; NULL for a builtin op, a handle
+   out of range or a destroyed op. */
+static inline const braid__premul *braid__premul_of(const braid_comm *c, braid_op op) {
+  unsigned slot = (unsigned)op - BRAID__PREMUL_BASE;
+  if ((unsigned)op < BRAID__PREMUL_BASE || slot >= BRAID__PREMUL_MAX || !c->premul[slot].used) return NULL;
+  return &c->premul[slot];
+}
 
 static inline int braid__aborted(const braid_comm *c) {
   return atomic_load_explicit(&((braid_comm *)c)->aborted, memory_order_acquire);

@@ -18,6 +18,11 @@ typedef enum braid__coll_kind {
   BRAID__COLL_REDUCE_SCATTER,
   BRAID__COLL_BARRIER,
   BRAID__COLL_SPLIT,
+  BRAID__COLL_REDUCE,
+  BRAID__COLL_GATHER,
+  BRAID__COLL_SCATTER,
+  BRAID__COLL_ALL_TO_ALL,
+  BRAID__COLL_ALL_TO_ALLV, /* count 0: the per-peer counts differ by rank; the messages check them */
   BRAID__COLL_NKINDS
 } braid__coll_kind;
 
@@ -26,8 +31,9 @@ typedef struct braid__desc {
   uint64_t count; /* elements per rank (the per-rank block for all-gather and reduce-scatter) */
   uint8_t kind;   /* braid__coll_kind */
   uint8_t dt;     /* braid_dtype */
-  uint16_t flags; /* 0; reserved */
-  int32_t arg;    /* root for broadcast, braid_op for reductions, else 0 */
+  uint16_t flags; /* 0, or the digest of the call a backend makes this one for (hier's parts) */
+  int32_t arg;    /* root for broadcast, gather, scatter; the reduction (below) for all-reduce,
+                     reduce-scatter and reduce (with its root); else 0 */
 } braid__desc;
 
 static inline braid__desc braid__desc_make(braid__coll_kind kind, size_t count, braid_dtype dt, int32_t arg) {
@@ -36,7 +42,7 @@ static inline braid__desc braid__desc_make(braid__coll_kind kind, size_t count, 
 }
 
 static inline int braid__desc_equal(const braid__desc *a, const braid__desc *b) {
-  return a->count == b->count && a->kind == b->kind && a->dt == b->dt && a->arg == b->arg;
+  return a->count == b->count && a->kind == b->kind && a->dt == b->dt && a->arg == b->arg && a->flags == b->flags;
 }
 
 /* A 32-bit digest of (seq, descriptor); never 0 so it can mark "published".
@@ -49,6 +55,28 @@ static inline uint32_t braid__desc_hash(uint64_t seq, const braid__desc *d) {
   x *= 0xBF58476D1CE4E5B9ull;
   uint32_t h = (uint32_t)(x >> 32);
   return h ? h : 1;
+}
+
+/*
+ * The reduction in a descriptor's arg. All-reduce and reduce-scatter carry
+ * the braid_op (0..7), or for a scaled sum (braid_op_premul_sum) the top bit
+ * and 31 bits of a digest of its dtype and scalar, so ranks with different
+ * scalars disagree. Reduce carries its root too: the root in the low 24 bits
+ * (world sizes stay below 2^24) and the op above it; a scaled sum sets the
+ * top bit and keeps 18 bits of the digest beside a root below 4096, 6 bits
+ * beside a larger one (bit 30 set).
+ */
+#define BRAID__DESC_PREMUL 0x80000000u
+
+static inline int32_t braid__desc_op_arg(braid_op op, int premul, uint32_t digest) {
+  return premul ? (int32_t)(BRAID__DESC_PREMUL | (digest & 0x7fffffffu)) : (int32_t)op;
+}
+
+static inline int32_t braid__desc_reduce_arg(int root, braid_op op, int premul, uint32_t digest) {
+  uint32_t r = (uint32_t)root;
+  if (!premul) return (int32_t)((r & 0xffffffu) | (uint32_t)op << 24);
+  if (r < 4096) return (int32_t)(BRAID__DESC_PREMUL | r << 18 | (digest & 0x3ffffu));
+  return (int32_t)(BRAID__DESC_PREMUL | 0x40000000u | (r & 0xffffffu) << 6 | (digest & 0x3fu));
 }
 
 /* "braid_all_reduce", ... ("braid_send/recv" for BRAID__COLL_NONE). */

@@ -41,6 +41,17 @@ static int same_shape(const braid__msg_hdr *a, const braid__msg_hdr *b) {
    then the shapes, which the algorithms derive from them, agree too. */
 static braid_status check_internal(braid_comm *c, int src, const braid__msg_hdr *msg, const braid__msg_hdr *recv) {
   if (!braid__desc_equal(&msg->desc, &recv->desc)) return braid__coll_mismatch(c, src, &msg->desc);
+  if (!same_shape(msg, recv) && recv->desc.kind == BRAID__COLL_ALL_TO_ALLV && msg->dt == recv->dt) {
+    /* All-to-allv's counts are the callers': every pair exchanges one
+       message, so a count that differs from the receiver's is theirs. */
+    char text[BRAID_ERRLEN];
+    const char *dt = braid_dtype_name((braid_dtype)recv->dt);
+    snprintf(text, sizeof text, "%s #%llu: rank %d sends %llu elements of %s to rank %d where rank %d expects %llu from it",
+             braid__coll_call_name(recv->desc.kind), (unsigned long long)c->seq, braid__label(c, src),
+             (unsigned long long)msg->count, dt ? dt : "?", braid__label(c, c->rank), braid__label(c, c->rank),
+             (unsigned long long)recv->count);
+    return braid__fail_relayed(c, BRAID_ERR_MISMATCH, text);
+  }
   if (!same_shape(msg, recv))
     return braid__fail_comm(c, BRAID_ERR_INTERNAL,
                             "an internal message from rank %d has %llu elements of dtype %u where %llu of dtype %u "
@@ -49,8 +60,9 @@ static braid_status check_internal(braid_comm *c, int src, const braid__msg_hdr 
   return BRAID_OK;
 }
 
-static void user_mismatch_text(char *out, size_t len, int src, const braid__msg_hdr *msg, const braid__msg_hdr *recv) {
-  braid__mismatch_text(out, len, src, (uint32_t)msg->tag, (size_t)msg->count, (braid_dtype)msg->dt,
+static void user_mismatch_text(braid_comm *c, char *out, size_t len, int src, const braid__msg_hdr *msg,
+                               const braid__msg_hdr *recv) {
+  braid__mismatch_text(out, len, braid__label(c, src), (uint32_t)msg->tag, (size_t)msg->count, (braid_dtype)msg->dt,
                        (size_t)recv->count, (braid_dtype)recv->dt);
 }
 
@@ -67,7 +79,7 @@ braid__req *braid__match_arrival(braid_comm *c, int src, const braid__msg_hdr *h
       /* The receive fails; the message goes on to the next receive of the
          key, or waits as unexpected for one of the right shape. */
       char msg[320];
-      user_mismatch_text(msg, sizeof msg, src, h, &r->h);
+      user_mismatch_text(c, msg, sizeof msg, src, h, &r->h);
       unlink_from(b, (link *)r);
       r->queued = 0;
       c->match.nposted--;
@@ -100,7 +112,7 @@ braid__umsg *braid__match_post(braid_comm *c, braid__req *r, braid_status *st) {
         if ((*st = check_internal(c, u->src, &u->h, &r->h))) return NULL;
       } else if (!same_shape(&u->h, &r->h)) {
         char msg[320];
-        user_mismatch_text(msg, sizeof msg, u->src, &u->h, &r->h);
+        user_mismatch_text(c, msg, sizeof msg, u->src, &u->h, &r->h);
         *st = braid__fail(c, BRAID_ERR_MISMATCH, "%s", msg);
         return NULL;
       }

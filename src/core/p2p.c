@@ -55,7 +55,7 @@ braid_status braid__req_release(braid_comm *c, braid__req *r) {
 }
 
 static braid__req *req_new(braid_comm *c, int is_send, void *buf, size_t count, braid_dtype dt, int peer,
-                           uint64_t tag) {
+                           uint64_t tag, const braid__desc *desc) {
   braid__req *r = req_get(c);
   if (!r) {
     braid__fail_comm(c, BRAID_ERR_NO_MEMORY, "out of memory for a %s request", is_send ? "send" : "receive");
@@ -66,7 +66,7 @@ static braid__req *req_new(braid_comm *c, int is_send, void *buf, size_t count, 
   r->h.tag = tag;
   r->h.count = count;
   r->h.dt = (uint32_t)dt;
-  if (braid__tag_is_internal(tag)) r->h.desc = c->desc;
+  if (braid__tag_is_internal(tag)) r->h.desc = desc ? *desc : c->desc;
   r->buf = buf;
   r->bytes = count * braid_dtype_size(dt);
   c->npending++;
@@ -80,10 +80,10 @@ static void req_abandon(braid_comm *c, braid__req *r) {
   req_put(c, r);
 }
 
-braid_status braid__post_send(braid_comm *c, const void *buf, size_t count, braid_dtype dt, int peer, uint64_t tag,
-                              braid__req **out) {
+braid_status braid__post_send_as(braid_comm *c, const void *buf, size_t count, braid_dtype dt, int peer,
+                                 uint64_t tag, const braid__desc *desc, braid__req **out) {
   *out = NULL;
-  braid__req *r = req_new(c, 1, (void *)buf, count, dt, peer, tag);
+  braid__req *r = req_new(c, 1, (void *)buf, count, dt, peer, tag, desc);
   if (!r) return BRAID_ERR_NO_MEMORY;
   braid_status st = c->ops->isend(c, r);
   if (st) {
@@ -94,10 +94,10 @@ braid_status braid__post_send(braid_comm *c, const void *buf, size_t count, brai
   return BRAID_OK;
 }
 
-static braid_status post_recv(braid_comm *c, void *buf, size_t count, braid_dtype dt, int peer, uint64_t tag,
-                             int posting, braid__req **out) {
+braid_status braid__post_recv_as(braid_comm *c, void *buf, size_t count, braid_dtype dt, int peer, uint64_t tag,
+                                 const braid__desc *desc, int posting, braid__req **out) {
   *out = NULL;
-  braid__req *r = req_new(c, 0, buf, count, dt, peer, tag);
+  braid__req *r = req_new(c, 0, buf, count, dt, peer, tag, desc);
   if (!r) return BRAID_ERR_NO_MEMORY;
   r->posting = (uint8_t)posting;
   braid_status st;
@@ -121,14 +121,19 @@ static braid_status post_recv(braid_comm *c, void *buf, size_t count, braid_dtyp
   return BRAID_OK;
 }
 
+braid_status braid__post_send(braid_comm *c, const void *buf, size_t count, braid_dtype dt, int peer, uint64_t tag,
+                              braid__req **out) {
+  return braid__post_send_as(c, buf, count, dt, peer, tag, NULL, out);
+}
+
 braid_status braid__post_recv(braid_comm *c, void *buf, size_t count, braid_dtype dt, int peer, uint64_t tag,
                               braid__req **out) {
-  return post_recv(c, buf, count, dt, peer, tag, 0, out);
+  return braid__post_recv_as(c, buf, count, dt, peer, tag, NULL, 0, out);
 }
 
 braid_status braid__post_recv_user(braid_comm *c, void *buf, size_t count, braid_dtype dt, int peer, uint64_t tag,
                                    braid__req **out) {
-  return post_recv(c, buf, count, dt, peer, tag, 1, out);
+  return braid__post_recv_as(c, buf, count, dt, peer, tag, NULL, 1, out);
 }
 
 braid_status braid__isend(braid_comm *c, const void *buf, size_t count, braid_dtype dt, int peer, uint64_t tag,

@@ -53,6 +53,12 @@ braid_status braid__post_send(braid_comm *c, const void *buf, size_t count, brai
                               braid__req **out);
 braid_status braid__post_recv(braid_comm *c, void *buf, size_t count, braid_dtype dt, int peer, uint64_t tag,
                               braid__req **out);
+/* The same with an explicit descriptor for internal traffic (a backend that
+   routes its requests through a sub-communicator keeps its own call's). */
+braid_status braid__post_send_as(braid_comm *c, const void *buf, size_t count, braid_dtype dt, int peer,
+                                 uint64_t tag, const braid__desc *desc, braid__req **out);
+braid_status braid__post_recv_as(braid_comm *c, void *buf, size_t count, braid_dtype dt, int peer, uint64_t tag,
+                                 const braid__desc *desc, int posting, braid__req **out);
 /* braid_recv: a shape mismatch with a message that arrives while the
    receive is being posted completes it at once with MISMATCH, the sentence
    in c->posting_mismatch (the call fails instead of the next sync). */

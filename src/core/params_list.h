@@ -15,7 +15,8 @@
 
 #define BRAID_PARAM_LIST(X)                                                                                           \
   X(BACKEND, "BRAID_BACKEND", STRING, NULL,                                                                           \
-    "backend of braid_init(NULL); unset: self for one rank, shm on one host; backends: self, shm (more may come)")    \
+    "backend of braid_init(NULL): self, shm, tcp, hier, mpi; unset or auto: self for one rank, mpi under mpirun "    \
+    "without a store (when built), else shm when every rank is on one node, hier when they are not")                 \
   X(RANK, "BRAID_RANK", INT, "0", "this process's rank in the job")                                                   \
   X(WORLD_SIZE, "BRAID_WORLD_SIZE", INT, "1", "number of ranks in the job")                                           \
   X(LOCAL_RANK, "BRAID_LOCAL_RANK", INT, NULL,                                                                        \
@@ -49,6 +50,17 @@
   X(LOG_SUBSYS, "BRAID_LOG_SUBSYS", STRING, "all",                                                                    \
     "comma list of subsystems to log: init, coll, p2p, shm, tcp, boot, env")                                          \
   X(LOG_FILE, "BRAID_LOG_FILE", STRING, NULL, "append log lines to this file instead of stderr; %h = host, %p = pid") \
+  X(NODE_ID, "BRAID_NODE_ID", STRING, NULL,                                                                           \
+    "the node this rank is on, for hier and auto (unset: host name and boot id); set it to simulate nodes on one "   \
+    "host")                                                                                                           \
+  X(HIER_INTRA, "BRAID_HIER_INTRA", STRING, "shm", "hier backend: the backend inside a node")                         \
+  X(HIER_INTER, "BRAID_HIER_INTER", STRING, "tcp", "hier backend: the backend between nodes")                         \
+  X(TRACE_FILE, "BRAID_TRACE_FILE", STRING, NULL,                                                                     \
+    "flight recorder: write each communicator's last operations here as JSON lines when it fails (and on SIGUSR1); "  \
+    "%h = host, %p = pid, %r = rank; unset: to the log")                                                              \
+  X(TRACE_SIGNAL, "BRAID_TRACE_SIGNAL", INT, "0",                                                                     \
+    "1: SIGUSR1 makes every communicator dump its flight recorder (at its next call or wait step)")                   \
+  X(TRACE_DEPTH, "BRAID_TRACE_DEPTH", INT, "64", "operations each communicator's flight recorder keeps (0: off)")     \
   X(SHM_BUFFER, "BRAID_SHM_BUFFER", SIZE, "8M",                                                                       \
     "shm backend: shared staging bytes per rank (K/M/G suffix); bounds memory for large operations")                  \
   X(SHM_CMA, "BRAID_SHM_CMA", INT, "1",                                                                               \
@@ -62,6 +74,17 @@
     "like other memory")                                                                                              \
   X(SHM_MEMBARRIER, "BRAID_SHM_MEMBARRIER", INT, "1",                                                                 \
     "shm backend: 1 pairs wake-ups with membarrier when the kernel allows it (no fence per send), 0 fences both "     \
-    "sides")
+    "sides")                                                                                                          \
+  X(TCP_NSOCKS, "BRAID_TCP_NSOCKS", INT, "2",                                                                         \
+    "tcp backend: sockets a rank opens to each peer it sends to (1-16); messages above BRAID_TCP_EAGER_MAX are "      \
+    "striped over them")                                                                                              \
+  X(TCP_EAGER_MAX, "BRAID_TCP_EAGER_MAX", SIZE, "128K",                                                                 \
+    "tcp backend: messages up to this many bytes are sent at once; larger ones wait for the receiver's go-ahead "     \
+    "(at most 64M)")                                                                                                  \
+  X(TCP_BUFFER, "BRAID_TCP_BUFFER", SIZE, "4M",                                                                       \
+    "tcp backend: SO_SNDBUF/SO_RCVBUF requested per socket, when the system's maximum allows that much (else the "    \
+    "kernel sizes them)")                                                                                             \
+  X(MPI_MAX_COUNT, "BRAID_MPI_MAX_COUNT", SIZE, "2147483647",                                                         \
+    "mpi backend: most bytes (and elements) one MPI call carries; larger messages and collectives go in pieces")
 
 #endif

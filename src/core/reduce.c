@@ -665,6 +665,37 @@ void braid__reduce2(void *dst, const void *a, const void *b, size_t count, braid
   braid__reduce(dst, s, 2, count, dt, op == BRAID_AVG ? BRAID_SUM : op, 1);
 }
 
+void braid__scale(void *dst, const void *src, size_t count, braid_dtype dt, const void *scalar) {
+  if (braid__check_dtype_op(dt, BRAID_PROD) != BRAID_OK || dt == BRAID_BOOL || count == 0) return;
+  const braid__rk_table *t = rk();
+  int f = lp_format(dt);
+  /* The scalar repeated over one block: the products run through the
+     vectorized PROD kernels, one block at a time. */
+  _Alignas(64) unsigned char rep[BLK];
+  if (f >= 0) {
+    float s;
+    t->lp_load[f](&s, scalar, 1);
+    for (size_t i = 0; i < BLK / 4; i++) memcpy(rep + 4 * i, &s, 4);
+    const size_t esz = lp_size(f), blk = BLK / 4;
+    for (size_t off = 0; off < count; off += blk) {
+      size_t m = count - off < blk ? count - off : blk;
+      float *d = (float *)dst + off;
+      t->lp_load[f](d, (const unsigned char *)src + off * esz, m);
+      const void *p[2] = {d, rep};
+      t->f32[BRAID__RK_PROD](d, p, 2, m, 0);
+    }
+    return;
+  }
+  fullk fk = full_kernel(t, dt, BRAID_PROD);
+  const size_t esz = dt_size(dt), blk = BLK / esz;
+  for (size_t i = 0; i < blk; i++) memcpy(rep + i * esz, scalar, esz);
+  for (size_t off = 0; off < count; off += blk) {
+    size_t m = count - off < blk ? count - off : blk;
+    const void *p[2] = {(const unsigned char *)src + off * esz, rep};
+    fk.k((unsigned char *)dst + off * esz, p, 2, m * fk.mult, 0);
+  }
+}
+
 /* ------------------------------------------------------------------------ */
 /* Accumulators */
 

@@ -24,6 +24,15 @@ void braid__reduce(void *dst, const void *const *srcs, int nsrc, size_t count, b
 /* Two-input shorthand: dst = a op b (AVG behaves as SUM: nothing is divided). */
 void braid__reduce2(void *dst, const void *a, const void *b, size_t count, braid_dtype dt, braid_op op);
 
+/* The products of a scaled sum (braid_op_premul_sum): dst = scalar * src
+   for count elements of dt, in the reduction precision. Direct dtypes
+   multiply in the dtype (integers wrap, complex numbers multiply as
+   complex); F16, BF16 and FP8 are widened to f32 and multiplied there, so
+   dst holds count f32 values (braid__acc_size(dt) bytes each). scalar is
+   one element of dt. dst may be src for direct dtypes. Nothing for BOOL,
+   which has no scaled sum. */
+void braid__scale(void *dst, const void *src, size_t count, braid_dtype dt, const void *scalar);
+
 /* Accumulators for algorithms that combine inputs one step at a time (ring,
    tree) so that low-precision partials stay in f32 between steps.
    acc_size: bytes per accumulator element (4 for F16/BF16/FP8, else the dtype size). */

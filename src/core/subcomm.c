@@ -1,10 +1,13 @@
 #include "core/subcomm.h"
 
+#include <errno.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "bootstrap/bootstrap.h"
+#include "core/trace.h"
 #include "core/wait.h"
 #include "os/time.h"
 
@@ -31,12 +34,58 @@ braid_status braid__comm_start(braid_comm *c) {
     if (c->algo[k] == 1 /* BRAID__ALGO_NATIVE */ && !has_native(c->ops, k))
       return braid__fail(c, BRAID_ERR_INVALID_ARG, "BRAID_ALGO asks for a native %s but backend %s has none",
                          braid__coll_short_name(k), c->ops->name);
+  braid__trace_init(c);
+  braid__trace_install_signal();
   braid__live_add(c);
   return BRAID_OK;
 }
 
+static braid_status label(braid_comm *child, const braid_comm *parent, const int *members) {
+  int *l = malloc(sizeof *l * (size_t)child->size);
+  if (!l) return braid__fail(child, BRAID_ERR_NO_MEMORY, "out of memory for %d rank labels", child->size);
+  for (int i = 0; i < child->size; i++) l[i] = braid__label(parent, members[i]);
+  free(child->label_of);
+  child->label_of = l;
+  return BRAID_OK;
+}
+
+static int world_rank(const braid_comm *c, int q) { return c->world_of ? c->world_of[q] : q; }
+
+/* The child's world ranks, and whose death fails its start: a part of a
+   backend starts within its parent's start (same scope); a split child
+   within a call every rank of the parent makes. */
+static braid_status scope(braid_comm *child, const braid_comm *parent, const int *members, unsigned flags) {
+  int n = child->size, pn = parent->size;
+  child->world_of = malloc(sizeof *child->world_of * (size_t)n);
+  if (!child->world_of) return braid__fail(child, BRAID_ERR_NO_MEMORY, "out of memory for %d ranks", n);
+  for (int i = 0; i < n; i++) child->world_of[i] = world_rank(parent, members[i]);
+  if ((flags & BRAID__SUB_LABEL) && !parent->scope) return BRAID_OK;
+  int m = (flags & BRAID__SUB_LABEL) ? parent->nscope : pn;
+  child->scope = malloc(sizeof *child->scope * (size_t)m);
+  if (!child->scope) return braid__fail(child, BRAID_ERR_NO_MEMORY, "out of memory for %d ranks", m);
+  for (int i = 0; i < m; i++) child->scope[i] = (flags & BRAID__SUB_LABEL) ? parent->scope[i] : world_rank(parent, i);
+  child->nscope = m;
+  return BRAID_OK;
+}
+
+braid_status braid__start_check(braid_comm *c, const char *during) {
+  if (!c->boot || !c->boot->store) return BRAID_OK;
+  int n = c->scope ? c->nscope : c->boot->env.world_size, self = world_rank(c, c->rank);
+  if (n <= 0) return BRAID_OK;
+  if (!c->scope_pid && !(c->scope_pid = calloc((size_t)n, sizeof *c->scope_pid))) return BRAID_OK;
+  for (int i = 0; i < n; i++) {
+    int w = c->scope ? c->scope[i] : i;
+    if (w == self) continue;
+    if (!c->scope_pid[i]) c->scope_pid[i] = braid__boot_world_pid(c->boot, w);
+    long pid = c->scope_pid[i];
+    if (pid > 0 && kill((pid_t)pid, 0) != 0 && errno == ESRCH)
+      return braid__fail(c, BRAID_ERR_PEER_LOST, "rank %d (pid %ld) died during %s", i, pid, during);
+  }
+  return BRAID_OK;
+}
+
 braid_status braid__comm_sub(braid_comm *parent, const braid__backend *ops, const int *members, int n, int newrank,
-                             uint32_t ordinal, uint32_t color, braid_comm **out) {
+                             uint32_t ordinal, uint32_t color, unsigned flags, braid_comm **out) {
   *out = NULL;
   if ((ops->caps & BRAID__CAP_SINGLE_RANK) && n > 1)
     return braid__fail(parent, BRAID_ERR_UNSUPPORTED, "backend %s cannot hold %d ranks", ops->name, n);
@@ -51,8 +100,9 @@ braid_status braid__comm_sub(braid_comm *parent, const braid__backend *ops, cons
   child->check = parent->check;
   for (int k = 0; k < BRAID__COLL_NKINDS; k++) child->algo[k] = parent->algo[k];
   child->call = parent->call;
-  braid_status st = BRAID_OK;
-  if (parent->boot) {
+  braid_status st = (flags & BRAID__SUB_LABEL) ? label(child, parent, members) : BRAID_OK;
+  if (!st) st = scope(child, parent, members, flags);
+  if (!st && parent->boot) {
     char err[BRAID_ERRLEN] = "";
     st = braid__bootstrap_split(parent->boot, newrank, n, child->id, &child->boot, err, sizeof err);
     if (st) braid__fail(child, st, "%s", err);
@@ -104,6 +154,9 @@ void braid__comm_release(braid_comm *c, double timeout_s) {
   if (timeout_s < 0) timeout_s = c->destroy_timeout_s;
   if (atomic_load(&c->failed)) timeout_s = 0;
   braid__live_remove(c);
+  /* A rank that made no call since another rank failed still leaves its
+     flight recorder behind (braid-trace wants every rank's). */
+  if (c->be && !atomic_load(&c->failed)) braid__poll_remote_failure(c, 0);
   if (c->be) {
     drain(c, timeout_s);
     /* Completed user operations go now; the rest belong to the backend or

@@ -17,9 +17,19 @@ uint64_t braid__child_id(uint64_t parent, uint32_t ordinal, uint32_t color);
    only; every member passes the same members, ordinal and color. A backend
    the same as the parent's uses its split hook, any other its init over the
    child's store namespace. Settings (timeouts, check, algorithms) are the
-   parent's. Errors are recorded on parent too. */
+   parent's. Errors are recorded on parent too. With BRAID__SUB_LABEL the
+   child names ranks the way parent does from its first sentence on (a
+   backend's internal parts report the ranks the user knows, even when
+   their start fails). */
+enum { BRAID__SUB_LABEL = 1u << 0 };
 braid_status braid__comm_sub(braid_comm *parent, const braid__backend *ops, const int *members, int n, int newrank,
-                             uint32_t ordinal, uint32_t color, braid_comm **out);
+                             uint32_t ordinal, uint32_t color, unsigned flags, braid_comm **out);
+
+/* While c starts (init or split): a rank of its scope (see braid_comm.scope)
+   whose process has exited on this host fails the start for this rank with
+   BRAID_ERR_PEER_LOST naming it, instead of the start waiting out its
+   deadline. Backends call it between short waits for their peers. */
+braid_status braid__start_check(braid_comm *c, const char *during);
 
 /* Frees a communicator made by braid__comm_sub or braid_init (called
    without its lock): bounded completion of pending work (timeout_s; < 0:

@@ -10,12 +10,15 @@
 
 #include "bootstrap/bootstrap.h"
 #include "core/tag.h"
+#include "core/trace.h"
 #include "os/time.h"
 
 #define LIVE_CHECK_S 0.1   /* liveness and the cross-rank check, while a wait is slow */
 #define STORE_CHECK_S 0.5  /* failures published in the store */
 #define STORE_REPLY_S 0.5  /* bound of one store look-up from inside a wait */
+#define FAIL_PUBLISH_S 2.0 /* bound of the failure's store write: a store out of reach must not hold the error */
 #define MAX_SLEEP_S 0.1    /* a sleeper wakes at least this often to run the checks */
+#define POSITION_AFTER_S 1.0 /* a collective's wait this long publishes this rank's position */
 
 /* ---------------------------------------------------------------- live communicators */
 
@@ -42,6 +45,14 @@ void braid__live_remove(braid_comm *c) {
   pthread_mutex_unlock(&live_lock);
 }
 
+int braid__live_contains(const braid_comm *c) {
+  int found = 0;
+  pthread_mutex_lock(&live_lock);
+  for (braid_comm *o = live_head; o && !found; o = o->live_next) found = o == c;
+  pthread_mutex_unlock(&live_lock);
+  return found;
+}
+
 int braid__progress_others(braid_comm *c) {
   int busy = 0;
   pthread_mutex_lock(&live_lock);
@@ -65,10 +76,22 @@ int braid__progress_others(braid_comm *c) {
 /* Store value of a published failure: "<status> <origin rank> <sentence>". */
 #define FAIL_KEY "fail"
 
+static const char *reason_of(int st) {
+  switch (st) {
+  case BRAID_ERR_TIMEOUT: return "timeout";
+  case BRAID_ERR_PEER_LOST: return "peer lost";
+  case BRAID_ERR_MISMATCH: return "mismatch";
+  case BRAID_ERR_ABORTED: return "aborted";
+  default: return braid_status_string((braid_status)st);
+  }
+}
+
 void braid__publish_failure(braid_comm *c) {
   int st = atomic_load(&c->failed);
   if (!st || c->fail_published) return;
   c->fail_published = 1;
+  braid__trace_end(&c->trace_cur, (braid_status)st); /* the call in progress failed */
+  braid__trace_dump(c, reason_of(st));
   char text[BRAID_ERRLEN];
   pthread_mutex_lock(&c->err_lock);
   snprintf(text, sizeof text, "%s", c->fatal_text);
@@ -78,8 +101,12 @@ void braid__publish_failure(braid_comm *c) {
   if (c->boot) {
     char val[BRAID_ERRLEN + 32];
     int n = snprintf(val, sizeof val, "%d %d %s", st, c->rank, text);
+    braid__store *store = c->boot->store;
+    double op = store ? braid__store_op_timeout(store) : 0;
+    if (store) braid__store_set_op_timeout(store, FAIL_PUBLISH_S);
     if (n > 0 && braid__boot_set(c->boot, FAIL_KEY, val, strlen(val)) != BRAID_OK)
       BLOG_DEBUG(BRAID_SUB_COLL, c->rank, "could not publish the failure in the store");
+    if (store) braid__store_set_op_timeout(store, op);
   }
 }
 
@@ -89,7 +116,13 @@ static braid_status relay(braid_comm *c, braid_status st, int origin, const char
   char msg[BRAID_ERRLEN];
   const char *call = c->call ? c->call : "braid";
   c->fail_published = 1; /* the origin told everyone */
-  if (st == BRAID_ERR_MISMATCH) return braid__fail_relayed(c, st, text);
+  braid_status out;
+  if (st == BRAID_ERR_MISMATCH) {
+    out = braid__fail_relayed(c, st, text);
+    braid__trace_end(&c->trace_cur, out);
+    braid__trace_dump(c, "mismatch");
+    return out;
+  }
   if (st == BRAID_ERR_ABORTED)
     snprintf(msg, sizeof msg, "%s: rank %d aborted the communicator", call, origin);
   else if (st == BRAID_ERR_PEER_LOST)
@@ -98,7 +131,10 @@ static braid_status relay(braid_comm *c, braid_status st, int origin, const char
     snprintf(msg, sizeof msg, "%s: rank %d failed (timeout): %s", call, origin, text);
   else
     snprintf(msg, sizeof msg, "%s: rank %d failed (%s): %s", call, origin, braid_status_string(st), text);
-  return braid__fail_relayed(c, BRAID_ERR_PEER_LOST, msg);
+  out = braid__fail_relayed(c, BRAID_ERR_PEER_LOST, msg);
+  braid__trace_end(&c->trace_cur, out);
+  braid__trace_dump(c, "peer failed");
+  return out;
 }
 
 int braid__poll_remote_failure(braid_comm *c, int use_store) {
@@ -107,7 +143,7 @@ int braid__poll_remote_failure(braid_comm *c, int use_store) {
   braid_status st;
   int origin;
   if (c->ops->remote_failure && c->be && c->ops->remote_failure(c, &st, &origin, text, sizeof text)) {
-    relay(c, st, origin, text);
+    relay(c, st, braid__label(c, origin), text);
     return 1;
   }
   if (!use_store || !c->boot) return 0;
@@ -120,7 +156,7 @@ int braid__poll_remote_failure(braid_comm *c, int use_store) {
   int code = 0, off = 0;
   origin = -1;
   if (sscanf(buf, "%d %d %n", &code, &origin, &off) < 2 || code <= 0 || origin == c->rank) return 0;
-  relay(c, (braid_status)code, origin, buf + off);
+  relay(c, (braid_status)code, braid__label(c, origin), buf + off);
   return 1;
 }
 
@@ -185,11 +221,65 @@ static braid_status cross_check(braid_comm *c, int peer) {
   return BRAID_OK;
 }
 
+/* Where this rank's position in the collectives is kept in the store
+   ("pos/<rank>": the sequence number it waits in), for ranks that cannot
+   read each other's positions through their backend. */
+static void publish_position(braid_comm *c) {
+  char key[32], val[32];
+  snprintf(key, sizeof key, "pos/%d", c->rank);
+  snprintf(val, sizeof val, "%llu", (unsigned long long)c->seq);
+  braid__boot_set(c->boot, key, val, strlen(val));
+}
+
+/* Whether rank q has entered this rank's current collective: from the
+   backend's call log, else from the position q published in the store; -1
+   when unknown. *at: the collective q is known to be in (0: none). */
+static int entered(braid_comm *c, int q, uint64_t *at) {
+  braid__desc d;
+  *at = 0;
+  if (c->ops->peer_desc) return c->ops->peer_desc(c, q, c->seq, &d);
+  if (!c->boot) return -1;
+  char key[32];
+  void *v = NULL;
+  size_t len = 0;
+  snprintf(key, sizeof key, "pos/%d", q);
+  int r = braid__boot_peek(c->boot, key, &v, &len, STORE_REPLY_S);
+  if (r < 0) return -1;
+  if (r == 1) {
+    char buf[32];
+    snprintf(buf, sizeof buf, "%.*s", (int)(len < sizeof buf ? len : sizeof buf - 1), (const char *)v);
+    *at = strtoull(buf, NULL, 10);
+  }
+  free(v);
+  return *at >= c->seq;
+}
+
+/* "; not in collective #42: ranks 2, 5 (at #41)" for a timeout inside a
+   collective, naming who the others wait for. */
+static void describe_absent(braid_comm *c, char *out, size_t len) {
+  out[0] = 0;
+  if (c->desc.kind == BRAID__COLL_NONE) return;
+  size_t o = 0;
+  int k = 0;
+  for (int q = 0; q < c->size && o + 48 < len; q++) {
+    uint64_t at;
+    if (q == c->rank || entered(c, q, &at) != 0) continue;
+    int lq = braid__label(c, q);
+    int n = k++ == 0 ? snprintf(out + o, len - o, "; not in collective #%llu: rank %d", (unsigned long long)c->seq, lq)
+                     : snprintf(out + o, len - o, ", %d", lq);
+    if (n > 0) o += (size_t)n;
+    if (at && o + 32 < len) {
+      n = snprintf(out + o, len - o, " (waiting in #%llu)", (unsigned long long)at);
+      if (n > 0) o += (size_t)n;
+    }
+  }
+}
+
 static braid_status checks(braid_comm *c, braid__waiter *w, int peer, const char *what, double now) {
   char desc[192];
   braid_status st;
   if (braid__aborted(c)) {
-    st = braid__fail(c, BRAID_ERR_ABORTED, "aborted while waiting for rank %d: %s", peer, WHAT);
+    st = braid__fail(c, BRAID_ERR_ABORTED, "aborted while waiting for rank %d: %s", braid__label(c, peer), WHAT);
     return fail_published(c, st);
   }
   int failed = atomic_load(&c->failed);
@@ -198,11 +288,24 @@ static braid_status checks(braid_comm *c, braid__waiter *w, int peer, const char
   if (now >= w->next_remote) w->next_remote = now + STORE_CHECK_S;
   if (now >= w->next_live) {
     w->next_live = now + LIVE_CHECK_S;
+    /* A wait this long is worth a store round trip: ranks whose backends
+       cannot read each other's call logs learn where this one is. */
+    if (!w->pos_published && now - w->start > POSITION_AFTER_S && c->desc.kind != BRAID__COLL_NONE && c->boot &&
+        !c->ops->peer_desc) {
+      w->pos_published = 1;
+      publish_position(c);
+    }
     if ((st = c->ops->check_peers(c, peer, WHAT))) return fail_published(c, st);
     if ((st = cross_check(c, peer))) return fail_published(c, st);
   }
   if (now >= w->deadline) {
-    st = braid__fail(c, BRAID_ERR_TIMEOUT, "timed out after %g s waiting for rank %d: %s", c->timeout_s, peer, WHAT);
+    char who[256];
+    describe_absent(c, who, sizeof who);
+    if (peer < 0) /* a backend's collective that cannot tell which rank it waits for */
+      st = braid__fail(c, BRAID_ERR_TIMEOUT, "timed out after %g s waiting for %s%s", c->timeout_s, WHAT, who);
+    else
+      st = braid__fail(c, BRAID_ERR_TIMEOUT, "timed out after %g s waiting for rank %d: %s%s", c->timeout_s,
+                       braid__label(c, peer), WHAT, who);
     return fail_published(c, st);
   }
   return BRAID_OK;
@@ -214,6 +317,7 @@ braid_status braid__wait_slow(braid_comm *c, braid__waiter *w, int peer, const c
   double now = braid__now();
   if (w->start == 0) {
     w->start = now;
+    braid__trace_waiting(c, now);
     w->deadline = braid__deadline(c->timeout_s);
     w->next_live = now + LIVE_CHECK_S;
     w->next_remote = now + STORE_CHECK_S;
@@ -225,6 +329,7 @@ braid_status braid__wait_slow(braid_comm *c, braid__waiter *w, int peer, const c
     w->spins = 0;
     w->start = now;
   }
+  braid__trace_poll_signal(c);
   braid_status st = checks(c, w, peer, what, now);
   if (!st && c->npending) {
     st = c->ops->progress(c);

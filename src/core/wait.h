@@ -26,6 +26,7 @@ typedef struct braid__waiter {
   unsigned spins;
   int armed;
   int left_seen;        /* backends: the awaited peer announced it left; one more look */
+  int pos_published;    /* this rank told the store which collective it waits in */
   uint64_t moved;       /* c->moved when the deadline was last restarted */
   double start, deadline, next_live, next_remote, next_check;
 } braid__waiter;
@@ -34,6 +35,7 @@ static inline void braid__wait_begin(braid__waiter *w) {
   w->spins = 0;
   w->armed = 0;
   w->left_seen = 0;
+  w->pos_published = 0;
   w->start = 0;
 }
 /* The slow part: every 64 spins, and every call after the spin phase. */
@@ -67,6 +69,9 @@ int braid__pending_peer(braid_comm *c);
 /* Live communicators of this process: progress in one serves the others. */
 void braid__live_add(braid_comm *c);
 void braid__live_remove(braid_comm *c);
+/* Whether c is a live communicator of this process (braid_destroy refuses
+   anything else, such as a communicator destroyed already). */
+int braid__live_contains(const braid_comm *c);
 /* Progresses the other live communicators whose locks are free; returns how
    many still have transfers pending. */
 int braid__progress_others(braid_comm *c);

@@ -24,7 +24,11 @@ uint64_t bt_fnv(const void *p, size_t len);
 void *bt_buf_alloc(int braid_mem, size_t bytes);
 void bt_buf_free(int braid_mem, void *p);
 
-enum { C_AR, C_BC, C_AG, C_RS };
+enum {
+  C_AR, C_BC, C_AG, C_RS,
+  C_RD, C_GA, C_SC, C_A2A, C_A2AV, /* bt_coll_more_one */
+  C_ARP, C_RSP, C_RDP              /* all-reduce, reduce-scatter, reduce with a scaled sum */
+};
 
 typedef struct ccase {
   int coll;
@@ -32,8 +36,27 @@ typedef struct ccase {
   braid_op op;
   size_t count;
   int inplace, mis;
-  int mem; /* buffers from braid_mem_alloc: 0 none, 1 every rank, 2 even ranks only */
+  int mem;  /* buffers from braid_mem_alloc: 0 none, 1 every rank, 2 even ranks only */
+  int root; /* rooted collectives of bt_coll_more_one */
+  int pattern; /* all-to-allv's counts (bt_a2av_count) */
 } ccase;
+
+/* The scalar of the scaled-sum checks for dtype d (one element of d):
+   0.5 for floats, 3 for integers, i for complex numbers, so every result
+   of the small-integer inputs stays exact. */
+void bt_premul_scalar(braid_dtype d, void *out);
+/* The scaled sum (bt_premul_scalar) of n ranks' SUM inputs, element i. */
+void bt_put_premul_expected(braid_dtype d, int n, size_t i, void *out);
+/* Elements rank i sends rank j in all-to-allv pattern p (count sets the
+   scale): 0 uneven with zero-count peers, 1 everything to rank 0, 2 only
+   the diagonal, 3 every count equal, 4 nothing at all. */
+size_t bt_a2av_count(int p, int i, int j, int n, size_t count);
+#define BT_A2AV_PATTERNS 5
+
+/* The collectives beyond the first four (reduce, gather, scatter,
+   all-to-all, all-to-allv, scaled sums) with the same checks as
+   bt_coll_one; k->op of a scaled sum is the op handle. 0 on success. */
+int bt_coll_more_one(braid_comm *c, int rank, int n, const ccase *k);
 
 /* One collective with every check; 0 on success (checks print and return 1). */
 int bt_coll_one(braid_comm *c, int rank, int n, const ccase *k);
@@ -47,5 +70,10 @@ typedef struct matrix {
 
 /* bt_run_ranks body: the matrix of collectives (arg: a matrix). */
 int bt_coll_matrix_body(braid_comm *c, int rank, int n, void *arg);
+/* The same for the collectives of bt_coll_more_one: full, every dtype (and
+   op where it applies) at every root, in place and out of place, every
+   all-to-allv pattern and scaled sums of eight dtypes; else (large counts)
+   each collective once or twice on a few dtypes. */
+int bt_coll_matrix_more(braid_comm *c, int rank, int n, void *arg);
 
 #endif

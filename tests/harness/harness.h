@@ -76,6 +76,10 @@ typedef struct bt_rank_result {
   int timed_out;   /* 1 if the harness killed it at the timeout */
 } bt_rank_result;
 
+/* Like bt_run_ranks_ex, but each rank gets the launcher environment and a
+   NULL communicator: the body calls braid_init itself (faults during init). */
+int bt_run_ranks_manual(const bt_run_opts *opts, bt_body body, void *arg, bt_rank_result *results);
+
 /* Runs body on every rank; returns 0 when every rank's body returned 0, else 1
    after printing which ranks failed and how. */
 int bt_run_ranks(const char *backend, int nranks, double timeout_s, bt_body body, void *arg);
@@ -87,7 +91,7 @@ int bt_run_ranks_ex(const bt_run_opts *opts, bt_body body, void *arg, bt_rank_re
  * own forked process. bt_run_ranks_ex starts one for every run with a backend
  * and more than one rank, and gives each rank BRAID_STORE, BRAID_TOKEN,
  * BRAID_STORE_EXTERNAL=1, BRAID_JOB_ID, BRAID_LOCAL_RANK and BRAID_LOCAL_SIZE
- * (opts->env may override them). A process rather than a thread, so ranks
+ * (opts->env may override them), and BT_STORE_PID (the store's process). A process rather than a thread, so ranks
  * fork from a single-threaded parent: they run the body without exec.
  */
 typedef struct bt_store {
@@ -107,6 +111,10 @@ void bt_store_stop(bt_store *s);
    (1 for self). Returns the count. */
 int bt_backends(const char **names, int *max_ranks, int cap);
 
+/* A case returns BT_SKIP (after printing why) when something it needs is
+   missing on this machine; bt_main counts it as skipped, not failed. */
+#define BT_SKIP 77
+
 typedef struct bt_case {
   const char *name;
   int (*fn)(void); /* 0 = pass */
@@ -123,6 +131,13 @@ int bt_main(int argc, char **argv, const bt_case *cases, size_t ncases);
 /* 1 under a sanitizer (slow) or with BRAID_TEST_QUICK set: tests scale
    their sizes down. */
 int bt_quick(void);
+
+/* A free loopback port: bound, read back, released (-1 if none). */
+int bt_free_port(void);
+
+/* /dev/shm names braid-<uid>-<pid>-* whose creator has exited, or (with
+   count_self) that this process created: between runs, only leaks. */
+int bt_dead_shm_names(int count_self);
 
 /* Deterministic pseudo-random generator for test inputs. */
 static inline unsigned long long bt_rand(unsigned long long *state) {

@@ -1,11 +1,13 @@
 /* Public API: lifecycle, argument checks and their messages, the self backend
    for every call, sticky failure, timeouts, logging. */
+#include <errno.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "core/log.h"
 #include "harness.h"
 #include "os/time.h"
 
@@ -518,6 +520,76 @@ static int test_logging(void) {
   return 0;
 }
 
+/* Occurrences of needle in the file at path (its first 64 KiB). */
+static int count_in_file(const char *path, const char *needle) {
+  static char buf[65536];
+  FILE *f = fopen(path, "r");
+  if (!f) return -1;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  int k = 0;
+  for (const char *p = buf; (p = strstr(p, needle)); p += strlen(needle)) k++;
+  return k;
+}
+
+/* Logging variables with values that make no sense: one warning each on
+   stderr, naming the variable, the value and what is accepted, then the
+   default; braid_init again with the same values does not repeat it. */
+static int test_bad_log_settings(void) {
+  clear_env();
+  char errpath[] = "/tmp/braid-test-stderr-XXXXXX";
+  int fd = mkstemp(errpath);
+  BT_CHECK(fd >= 0, "mkstemp");
+  fflush(stderr);
+  int saved = dup(2);
+  BT_CHECK(saved >= 0 && dup2(fd, 2) == 2, "redirect stderr");
+  close(fd);
+  setenv("BRAID_LOG", "verbose", 1);
+  setenv("BRAID_LOG_FILE", "/nonexistent-braid-dir/run-%p.log", 1);
+  setenv("BRAID_LOG_SUBSYS", "coll,bootstrap", 1);
+  braid_comm *c = NULL;
+  int ok = 1;
+  for (int i = 0; i < 2 && ok; i++) {
+    ok = braid_init(NULL, &c) == BRAID_OK;
+    if (ok) {
+      /* The default level, warn, is in effect: a rejected argument (info) prints nothing. */
+      ok = braid_broadcast(c, NULL, 1, BRAID_F32, 0) == BRAID_ERR_INVALID_ARG;
+      braid_destroy(c);
+    }
+  }
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  clear_env();
+  braid__log_reload();
+  BT_CHECK(ok, "braid_init with bad logging settings: %s", braid_last_error(NULL));
+  int level = count_in_file(errpath, "env WARN: BRAID_LOG=\"verbose\" is not a log level (accepted: error, warn, "
+                                     "info, debug, trace, off); using the default, warn");
+  char want[256];
+  snprintf(want, sizeof want,
+           "env WARN: BRAID_LOG_FILE=\"/nonexistent-braid-dir/run-%%p.log\": cannot open "
+           "/nonexistent-braid-dir/run-%ld.log for appending: %s (accepted: a file this process may create or "
+           "append to, %%h = host, %%p = pid); logging to stderr",
+           (long)getpid(), strerror(ENOENT));
+  int file = count_in_file(errpath, want);
+  int subsys = count_in_file(errpath, "env WARN: BRAID_LOG_SUBSYS=\"coll,bootstrap\": unknown subsystem "
+                                      "\"bootstrap\" (accepted: all, or a comma list of init, coll, p2p, shm, tcp, "
+                                      "boot, env); logging the others");
+  int lines = count_in_file(errpath, "\n");
+  char text[4096] = "";
+  FILE *f = fopen(errpath, "r");
+  if (f) {
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    text[n] = 0;
+    fclose(f);
+  }
+  unlink(errpath);
+  BT_CHECK(level == 1 && file == 1 && subsys == 1 && lines == 3,
+           "warnings (level %d, file %d, subsystems %d, %d lines in all):\n%s", level, file, subsys, lines, text);
+  return 0;
+}
+
 /* braid_mem_alloc / braid_mem_free: argument errors with their messages,
    zero-filled page-rounded memory, many allocations, use with a backend
    (self), a mapping the rest of the host could open, no reuse after free. */
@@ -588,7 +660,7 @@ static const bt_case cases[] = {
     BT_CASE(test_null_comm),         BT_CASE(test_invalid_args),    BT_CASE(test_count_zero),
     BT_CASE(test_self_collectives),  BT_CASE(test_self_send_recv),  BT_CASE(test_split),
     BT_CASE(test_abort_is_sticky),   BT_CASE(test_timeout),         BT_CASE(test_destroy_pending_bounded),
-    BT_CASE(test_logging),           BT_CASE(test_mem_alloc),
+    BT_CASE(test_logging),           BT_CASE(test_bad_log_settings), BT_CASE(test_mem_alloc),
 };
 
 int main(int argc, char **argv) { return bt_main(argc, argv, cases, BT_COUNT(cases)); }

@@ -1,12 +1,15 @@
 /* braidrun, run as a program: the variables it sets, exit-code propagation,
-   kill-on-failure, signal forwarding, --timeout, --tag-output, --backend, a
-   two-node job on one machine, a token mismatch between nodes, usage errors. */
+   kill-on-failure, signal forwarding, ranks ending with a killed braidrun,
+   --timeout, --tag-output, --backend, a two-node job on one machine, a token
+   mismatch between nodes, usage errors. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -188,6 +191,69 @@ static int test_signal_forwarding(void) {
   return 0;
 }
 
+/* Children of parent whose command name is comm (after their exec), from /proc. */
+static int children_named(pid_t parent, const char *comm, pid_t *out, int cap) {
+  DIR *d = opendir("/proc");
+  if (!d) return -1;
+  int n = 0;
+  struct dirent *de;
+  while ((de = readdir(d)) && n < cap) {
+    char *end;
+    long pid = strtol(de->d_name, &end, 10);
+    if (*end || pid <= 0) continue;
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) continue;
+    ssize_t k = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (k <= 0) continue;
+    buf[k] = 0;
+    /* "pid (comm) state ppid ...": comm may hold spaces and parentheses. */
+    char *open_paren = strchr(buf, '('), *close_paren = strrchr(buf, ')');
+    char state;
+    int ppid;
+    if (!open_paren || !close_paren || sscanf(close_paren + 1, " %c %d", &state, &ppid) != 2) continue;
+    *close_paren = 0;
+    if (ppid == parent && !strcmp(open_paren + 1, comm)) out[n++] = (pid_t)pid;
+  }
+  closedir(d);
+  return n;
+}
+
+/* braidrun killed by SIGKILL cannot forward anything: the ranks' parent-death
+   signal ends them. The test process adopts the orphans (subreaper) so it can
+   reap them and tell a dead rank from a live one. */
+static int test_braidrun_killed(void) {
+  BT_CHECK(prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0, "PR_SET_CHILD_SUBREAPER: %s", strerror(errno));
+  proc p;
+  const char *argv[] = {braidrun, "-n", "3", prog, "sleep", "30", NULL};
+  BT_CHECK(start(&p, NULL, argv) == 0, "start");
+  pid_t rk[8];
+  int n = 0;
+  double until = braid__now() + 15;
+  while ((n = children_named(p.pid, "braid_testprog", rk, 8)) < 3 && braid__now() < until) braid__sleep(0.02);
+  if (n < 3) kill(p.pid, SIGKILL);
+  BT_CHECK(n == 3, "found %d of 3 running ranks of braidrun %ld", n, (long)p.pid);
+  BT_CHECK(kill(p.pid, SIGKILL) == 0, "kill braidrun");
+  BT_CHECK(finish(&p, 10) == 0 && WIFSIGNALED(p.status) && WTERMSIG(p.status) == SIGKILL, "braidrun killed");
+  double t0 = braid__now();
+  int alive = 3;
+  while (alive && braid__now() - t0 < 2.0) {
+    while (waitpid(-1, NULL, WNOHANG) > 0) {
+    }
+    alive = 0;
+    for (int i = 0; i < 3; i++) alive += kill(rk[i], 0) == 0;
+    if (alive) braid__sleep(0.01);
+  }
+  double dt = braid__now() - t0;
+  for (int i = 0; i < 3; i++) { /* leave nothing behind should the check fail */
+    if (kill(rk[i], SIGKILL) == 0) waitpid(rk[i], NULL, 0);
+  }
+  BT_CHECK(!alive, "%d of 3 ranks still ran %.1f s after braidrun was killed", alive, dt);
+  return 0;
+}
+
 static int test_timeout(void) {
   proc p;
   const char *argv[] = {braidrun, "-n", "2", "--timeout", "1", "--grace", "1", prog, "sleep", "30", NULL};
@@ -220,14 +286,6 @@ static int test_tag_output(void) {
   return 0;
 }
 
-static int free_port(void) {
-  int fd, port;
-  char err[256];
-  if (braid__listen_range("127.0.0.1", 0, 0, 0, 1, &fd, &port, err, sizeof err)) return -1;
-  close(fd);
-  return port;
-}
-
 static int test_single_node_rendezvous(void) {
   proc p;
   const char *argv[] = {braidrun, "-n", "4", prog, "boot", NULL};
@@ -238,7 +296,7 @@ static int test_single_node_rendezvous(void) {
 
 static int test_two_nodes(void) {
   char master[64];
-  int port = free_port();
+  int port = bt_free_port();
   BT_CHECK(port > 0, "port");
   snprintf(master, sizeof master, "127.0.0.1:%d", port);
   const char *env[] = {"BRAID_TOKEN=00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff", NULL};
@@ -258,7 +316,7 @@ static int test_two_nodes(void) {
   for (int r = 2; r < 4; r++) CHECK_HAS(p1.out, "[%d] rank %d of 4 joined (local %d of 2)", r, r, r - 2);
 
   /* A failure on node 1 stops node 0's ranks too. */
-  port = free_port();
+  port = bt_free_port();
   snprintf(master, sizeof master, "127.0.0.1:%d", port);
   const char *b0[] = {braidrun, "--nnodes", "2", "--node-rank", "0", "--master", master, "-n", "1", prog, "trap",
                       NULL};
@@ -279,7 +337,7 @@ static int test_two_nodes(void) {
 
 static int test_token_mismatch(void) {
   char master[64];
-  snprintf(master, sizeof master, "127.0.0.1:%d", free_port());
+  snprintf(master, sizeof master, "127.0.0.1:%d", bt_free_port());
   const char *e0[] = {"BRAID_TOKEN=00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff",
                       "BRAID_INIT_TIMEOUT=2", NULL};
   const char *e1[] = {"BRAID_TOKEN=ffeeddccbbaa99887766554433221100ffeeddccbbaa99887766554433221100",
@@ -351,7 +409,8 @@ int main(int argc, char **argv) {
   unsetenv("BRAID_INIT_TIMEOUT");
   static const bt_case cases[] = {
       BT_CASE(test_variables),     BT_CASE(test_exit_code),   BT_CASE(test_kill_on_failure),
-      BT_CASE(test_signal_forwarding), BT_CASE(test_timeout), BT_CASE(test_tag_output),
+      BT_CASE(test_signal_forwarding), BT_CASE(test_braidrun_killed), BT_CASE(test_timeout),
+      BT_CASE(test_tag_output),
       BT_CASE(test_single_node_rendezvous), BT_CASE(test_two_nodes), BT_CASE(test_token_mismatch),
       BT_CASE(test_usage),
   };

@@ -23,28 +23,9 @@ static double now_s(void) {
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* Entries /dev/shm/braid-<uid>-<pid>-<id> named after a process that has
-   exited, or after this test process (one-rank runs without a store): between
-   runs those can only be leaks. Other tests running at the same time create
-   short-lived entries too, but named after their own live processes. */
-static int shm_entries(void) {
-  DIR *d = opendir("/dev/shm");
-  if (!d) return 0;
-  int n = 0;
-  struct dirent *e;
-  while ((e = readdir(d))) {
-    unsigned uid;
-    int pid;
-    if (sscanf(e->d_name, "braid-%u-%d-", &uid, &pid) != 2) continue;
-    if (pid == (int)getpid() || (pid > 0 && kill(pid, 0) != 0 && errno == ESRCH)) n++;
-  }
-  closedir(d);
-  return n;
-}
-
 /* Runs body on n shm ranks with extra environment, and checks /dev/shm is as before. */
 static int run_env(int n, bt_body body, void *arg, const char *const *env, int expect_fail_rank, double timeout) {
-  int before = shm_entries();
+  int before = bt_dead_shm_names(1);
   bt_run_opts o = {"shm", n, timeout, env, expect_fail_rank};
   bt_rank_result res[16];
   int rc = bt_run_ranks_ex(&o, body, arg, res);
@@ -53,7 +34,7 @@ static int run_env(int n, bt_body body, void *arg, const char *const *env, int e
     for (int r = 0; r < n; r++)
       if (r != expect_fail_rank && !(res[r].exited && res[r].code == 0)) rc = 1;
   }
-  int after = shm_entries();
+  int after = bt_dead_shm_names(1);
   if (after > before) {
     fprintf(stderr, "shm test: %d /dev/shm/braid-* entries leaked by exited ranks (%d before, %d after)\n",
             after - before, before, after);
@@ -116,7 +97,7 @@ static int body_zc(braid_comm *c, int rank, int n, void *arg) {
         for (int ip = 0; ip < 2; ip++) {
           if (ip && coll == C_BC) continue;
           braid_op op = coll == C_BC || coll == C_AG ? BRAID_SUM : few[fi].op;
-          ccase k = {coll, few[fi].d, op, m->counts[ci], ip, (ci + fi + coll) % 8, m->mem};
+          ccase k = {coll, few[fi].d, op, m->counts[ci], ip, (ci + fi + coll) % 8, m->mem, 0, 0};
           if (bt_coll_one(c, rank, n, &k)) return 1;
         }
   return 0;
@@ -721,12 +702,12 @@ static int test_kill_peer(void) {
     for (int what = 0; what < 4; what++) {
       if (mem && what == 3) continue;
       kill_case k = {what, what == 2 ? 1 : 2, mem};
-      int before = shm_entries();
+      int before = bt_dead_shm_names(1);
       if (run_env(4, body_kill, &k, env, k.victim, 60)) {
         fprintf(stderr, "kill test %d (braid memory: %d) failed\n", what, mem);
         return 1;
       }
-      BT_CHECK(shm_entries() <= before, "kill test %d left /dev/shm entries", what);
+      BT_CHECK(bt_dead_shm_names(1) <= before, "kill test %d left /dev/shm entries", what);
     }
   return 0;
 }

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "bootstrap/bootstrap.h"
@@ -46,15 +47,6 @@ static braid__store *connect_to(int port, const uint8_t *token) {
     return NULL;
   }
   return st;
-}
-
-/* A free loopback port: bound, read back, released. */
-static int free_port(void) {
-  int fd = -1, p = -1;
-  char err[256];
-  if (braid__listen_range("127.0.0.1", 0, 0, 0, 1, &fd, &p, err, sizeof err) != BRAID_OK) return -1;
-  close(fd);
-  return p;
 }
 
 static int get_str(braid__store *st, const char *key, char *out, size_t cap, double timeout) {
@@ -684,6 +676,132 @@ static int test_wrong_token(void) {
   return 0;
 }
 
+/* Count of non-overlapping occurrences of needle in text. */
+static int count_of(const char *text, const char *needle) {
+  int n = 0;
+  for (const char *p = text; (p = strstr(p, needle)); p += strlen(needle)) n++;
+  return n;
+}
+
+/* A flood of refused clients: at most one warning line per second, and the
+   ones left out are counted in a later line, so none goes unaccounted. */
+static int test_refusals_rate_limited(void) {
+  char logpath[] = "/tmp/braid_store_log_XXXXXX";
+  BT_CHECK(log_to_temp(logpath, "warn") == 0, "mkstemp");
+  braid__store_server *srv = start_server(TOKEN_A);
+  BT_CHECK(srv, "server");
+  int port = braid__store_server_port(srv);
+  enum { N = 200 };
+  double t0 = braid__now();
+  for (int i = 0; i < N; i++) {
+    char err[512];
+    braid__store *bad = NULL;
+    BT_CHECK(braid__store_connect("127.0.0.1", port, TOKEN_B, 32, braid__deadline(5), &bad, err, sizeof err) ==
+                 BRAID_ERR_BOOTSTRAP,
+             "wrong token %d accepted", i);
+  }
+  double flood = braid__now() - t0;
+  braid__sleep(1.3); /* the count of the left-out lines follows within a second */
+  BT_CHECK(still_serves(port, TOKEN_A, "after-flood") == 0, "still serving");
+  braid__store_server_stop(srv);
+  unsetenv("BRAID_LOG_FILE");
+  unsetenv("BRAID_LOG");
+  braid__log_reload();
+  static char log[1 << 20];
+  BT_CHECK(read_file(logpath, log, sizeof log) == 0, "read log");
+  unlink(logpath);
+  int lines = count_of(log, "refused connection from");
+  BT_CHECK(lines >= 1 && lines <= 2 + (int)flood, "%d lines for %d refusals in %.2f s:\n%.2000s", lines, N, flood,
+           log);
+  int counted = 0;
+  for (const char *p = log; (p = strstr(p, "store: ")); p++) {
+    unsigned k;
+    if (sscanf(p, "store: %u more connection", &k) == 1) counted += (int)k;
+  }
+  BT_CHECK(lines + counted == N, "%d lines and %d counted for %d refusals:\n%.2000s", lines, counted, N, log);
+  return 0;
+}
+
+/* Without a token the store admits its own user only: the owner of the
+   peer's socket comes from the kernel's socket table. A child switched to
+   another uid (this test needs root to switch) is refused, over IPv4 and,
+   where there is one, the IPv6 loopback; the store's own user gets in. */
+static int test_other_user_refused(void) {
+  if (geteuid() != 0) {
+    printf("  (not root: cannot switch a child to another uid; skipped)\n");
+    return 0;
+  }
+  char logpath[] = "/tmp/braid_store_log_XXXXXX";
+  BT_CHECK(log_to_temp(logpath, "warn") == 0, "mkstemp");
+  /* The child forks before the server thread exists, then waits for the port. */
+  int portp[2], resp[2];
+  BT_CHECK(pipe(portp) == 0 && pipe(resp) == 0, "pipe");
+  fflush(NULL);
+  pid_t child = fork();
+  BT_CHECK(child >= 0, "fork");
+  if (child == 0) {
+    close(portp[1]);
+    close(resp[0]);
+    int port = 0;
+    char out[2048] = "";
+    if (read(portp[0], &port, sizeof port) != (ssize_t)sizeof port || setgid(65534) != 0 || setuid(65534) != 0) {
+      snprintf(out, sizeof out, "setup failed: %s", strerror(errno));
+    } else {
+      const char *hosts[2] = {"127.0.0.1", "::1"};
+      for (int i = 0; i < 2; i++) {
+        char err[512] = "";
+        braid__store *st = NULL;
+        braid_status r = braid__store_connect(hosts[i], port, NULL, 0, braid__deadline(i ? 1 : 5), &st, err,
+                                              sizeof err);
+        if (i == 1 && r == BRAID_ERR_TIMEOUT) break; /* no IPv6 loopback here */
+        size_t o = strlen(out);
+        snprintf(out + o, sizeof out - o, "%s%s: %s: %s", o ? "\n" : "", hosts[i], braid_status_string(r),
+                 r == BRAID_OK ? "connected" : err);
+        if (st) braid__store_close(st);
+      }
+    }
+    ssize_t w = write(resp[1], out, strlen(out));
+    (void)w;
+    _exit(0);
+  }
+  close(portp[0]);
+  close(resp[1]);
+  /* No host: both loopback addresses. */
+  char err[512] = "";
+  braid__store_server *srv = NULL;
+  if (braid__store_server_start(NULL, 0, NULL, 0, &srv, err, sizeof err) != BRAID_OK) srv = NULL;
+  int port = srv ? braid__store_server_port(srv) : -1;
+  ssize_t w = write(portp[1], &port, sizeof port);
+  (void)w;
+  close(portp[1]);
+  char got[2048];
+  ssize_t n = 0, k;
+  while (n < (ssize_t)sizeof got - 1 && (k = read(resp[0], got + n, sizeof got - 1 - (size_t)n)) > 0) n += k;
+  got[n > 0 ? n : 0] = 0;
+  close(resp[0]);
+  waitpid(child, NULL, 0);
+  BT_CHECK(srv, "server: %s", err);
+  /* The store's own user still gets in. */
+  BT_CHECK(still_serves(port, NULL, "same-user") == 0, "same-uid client");
+  braid__store_server_stop(srv);
+  unsetenv("BRAID_LOG_FILE");
+  unsetenv("BRAID_LOG");
+  braid__log_reload();
+  char log[8192];
+  BT_CHECK(read_file(logpath, log, sizeof log) == 0, "read log");
+  unlink(logpath);
+  BT_CHECK(strstr(got, "127.0.0.1: bootstrap failed: ") && !strstr(got, "connected"), "other uid: %s", got);
+  if (!strstr(got, "::1: ")) printf("  (no IPv6 loopback here: only IPv4 checked)\n");
+  char want[200];
+  snprintf(want, sizeof want, "store at 127.0.0.1:%d has no job token, so it accepts connections from the user that "
+                              "started it only", port);
+  BT_CHECK(strstr(got, want), "message \"%s\" lacks \"%s\"", got, want);
+  BT_CHECK(strstr(log, "refused connection from 127.0.0.1:") && strstr(log, "belongs to uid 65534") &&
+               strstr(log, "admits its own user (uid 0) only"),
+           "log: %s", log);
+  return 0;
+}
+
 static int test_token_mismatch(void) {
   char err[512];
   braid__store *st = NULL;
@@ -1053,7 +1171,7 @@ static void *start_later(void *p) {
 }
 
 static int test_connect_retry(void) {
-  int port = free_port();
+  int port = bt_free_port();
   BT_CHECK(port > 0, "free port");
   late_server l = {port, 0.3, NULL};
   pthread_t t;
@@ -1074,7 +1192,7 @@ static int test_connect_retry(void) {
 }
 
 static int test_connect_unreachable(void) {
-  int port = free_port();
+  int port = bt_free_port();
   BT_CHECK(port > 0, "free port");
   braid__store *st = NULL;
   char err[512];
@@ -1238,6 +1356,8 @@ int main(int argc, char **argv) {
       {"store_full", test_store_full, 30},
       {"wrong_token", test_wrong_token, 30},
       {"token_mismatch", test_token_mismatch, 30},
+      {"refusals_rate_limited", test_refusals_rate_limited, 30},
+      {"other_user_refused", test_other_user_refused, 30},
       {"loopback_only", test_loopback_only, 30},
       {"bind_no_fallback", test_bind_no_fallback, 30},
       {"no_token_says_so", test_no_token_says_so, 30},

@@ -6,7 +6,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <math.h>
 #include <poll.h>
 #include <pthread.h>
@@ -15,12 +14,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "api/api.h"
+#include "braidrun_opts.h"
 #include "bootstrap/env.h"
 #include "bootstrap/store.h"
 #include "core/params.h"
@@ -81,6 +82,7 @@ static const char usage_tail[] =
     "  signal N). SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to braidrun are\n"
     "  forwarded to every rank; a second SIGINT or SIGTERM kills them. Each rank\n"
     "  runs in its own process group, so whatever it starts is signalled too.\n"
+    "  Should braidrun itself die, even by SIGKILL, the kernel kills every rank.\n"
     "  Rank 0 reads braidrun's standard input unless that is a terminal; the\n"
     "  other ranks read /dev/null.\n"
     "\n"
@@ -120,12 +122,7 @@ typedef struct rank_proc {
   outbuf out[2]; /* stdout, stderr (with --tag-output) */
 } rank_proc;
 
-typedef struct opts {
-  int nproc, nnodes, node_rank, port, tag;
-  double timeout, grace;
-  const char *backend, *master, *token_file;
-  char **argv; /* PROGRAM ARGS... */
-} opts;
+typedef braidrun_opts opts;
 
 static rank_proc *ranks;
 static int nranks;
@@ -183,72 +180,22 @@ static const char *sig_name(int sig) {
 
 /* ---------------------------------------------------------------- options */
 
-static double parse_secs(const char *opt, const char *v) {
-  double x = 0;
-  if (braid__parse_seconds(v, &x)) die_usage("%s \"%s\" is not a number of seconds", opt, v);
-  return x;
-}
-
-static int parse_int_opt(const char *opt, const char *v, int lo, int hi) {
-  long x = 0;
-  if (braid__parse_long(v, lo, hi, &x)) die_usage("%s \"%s\" is not an integer in [%d, %d]", opt, v, lo, hi);
-  return (int)x;
-}
-
 static void parse_opts(int argc, char **argv, opts *o) {
-  enum { O_BACKEND = 256, O_TIMEOUT, O_GRACE, O_TAG, O_PORT, O_NNODES, O_NODE_RANK, O_MASTER, O_TOKEN_FILE };
-  static const struct option longopts[] = {
-      {"nproc", required_argument, NULL, 'n'},        {"backend", required_argument, NULL, O_BACKEND},
-      {"timeout", required_argument, NULL, O_TIMEOUT}, {"grace", required_argument, NULL, O_GRACE},
-      {"tag-output", no_argument, NULL, O_TAG},        {"port", required_argument, NULL, O_PORT},
-      {"nnodes", required_argument, NULL, O_NNODES},   {"node-rank", required_argument, NULL, O_NODE_RANK},
-      {"master", required_argument, NULL, O_MASTER},   {"token-file", required_argument, NULL, O_TOKEN_FILE},
-      {"help", no_argument, NULL, 'h'},                {NULL, 0, NULL, 0}};
-  memset(o, 0, sizeof *o);
-  o->nnodes = 1;
-  o->grace = 3.0;
-  o->port = -1;
-  int c;
-  opterr = 0;
-  /* "+": options end at PROGRAM, whose own options are left alone. */
-  while ((c = getopt_long(argc, argv, "+:hn:", longopts, NULL)) != -1) {
-    switch (c) {
-    case 'h':
-      fputs(usage_head, stdout);
-      printf("  --backend NAME        set BRAID_BACKEND=NAME for every rank (built here: %s)\n",
-             braid__backend_names());
-      fputs(usage_text, stdout);
-      printf("  BRAID_INIT_TIMEOUT    with --nnodes: seconds a node waits to join node 0's\n"
-             "                        store (default %s, 0 waits forever)\n",
-             braid__param_default(BRAID_P_INIT_TIMEOUT));
-      fputs(usage_tail, stdout);
-      exit(0);
-    case 'n': o->nproc = parse_int_opt("-n", optarg, 1, 1 << 16); break;
-    case O_BACKEND: o->backend = optarg; break;
-    case O_TIMEOUT: o->timeout = parse_secs("--timeout", optarg); break;
-    case O_GRACE: o->grace = parse_secs("--grace", optarg); break;
-    case O_TAG: o->tag = 1; break;
-    case O_PORT: o->port = parse_int_opt("--port", optarg, 0, 65535); break;
-    case O_NNODES: o->nnodes = parse_int_opt("--nnodes", optarg, 1, 1 << 16); break;
-    case O_NODE_RANK: o->node_rank = parse_int_opt("--node-rank", optarg, 0, 1 << 16); break;
-    case O_MASTER: o->master = optarg; break;
-    case O_TOKEN_FILE: o->token_file = optarg; break;
-    case ':': die_usage("%s needs a value", argv[optind - 1]);
-    default:
-      if (optopt)
-        die_usage("unknown option -%c", optopt);
-      else
-        die_usage("unknown option %s", argv[optind - 1]);
-    }
+  char err[512];
+  switch (braidrun_parse_opts(argc, argv, o, err, sizeof err)) {
+  case BRAIDRUN_OPTS_HELP:
+    fputs(usage_head, stdout);
+    printf("  --backend NAME        set BRAID_BACKEND=NAME for every rank (built here: %s)\n",
+           braid__backend_names());
+    fputs(usage_text, stdout);
+    printf("  BRAID_INIT_TIMEOUT    with --nnodes: seconds a node waits to join node 0's\n"
+           "                        store (default %s, 0 waits forever)\n",
+           braid__param_default(BRAID_P_INIT_TIMEOUT));
+    fputs(usage_tail, stdout);
+    exit(0);
+  case BRAIDRUN_OPTS_USAGE: die_usage("%s", err);
+  default: break;
   }
-  if (optind >= argc) die_usage("no PROGRAM to run");
-  if (!o->nproc) die_usage("-n N (ranks on this node) is required");
-  if (o->node_rank >= o->nnodes) die_usage("--node-rank %d is not below --nnodes %d", o->node_rank, o->nnodes);
-  if (o->nnodes > 1 && !o->master)
-    die_usage("--nnodes %d needs --master HOST:PORT (node 0's store address)", o->nnodes);
-  if (o->master && o->port >= 0) die_usage("--port and --master both give the store port; use one");
-  if ((long)o->nproc * o->nnodes > (1 << 24)) die_usage("%d nodes of %d ranks are too many", o->nnodes, o->nproc);
-  o->argv = argv + optind;
 }
 
 /* ---------------------------------------------------------------- program and environment */
@@ -326,10 +273,22 @@ static int spawn(rank_proc *rp, const char *path, char **argv, char **envp, int 
   int outp[2] = {-1, -1}, errp[2] = {-1, -1}, ex[2];
   if (tag && (pipe2(outp, O_CLOEXEC) != 0 || pipe2(errp, O_CLOEXEC) != 0)) return errno;
   if (pipe2(ex, O_CLOEXEC) != 0) return errno;
+  pid_t parent = getpid();
   pid_t pid = fork();
   if (pid < 0) return errno;
   if (pid == 0) {
     /* Async-signal-safe calls only: the parent has a store thread. */
+    /* A rank must not outlive braidrun, even one killed by SIGKILL (which it
+       cannot forward): the kernel kills the rank when braidrun's main thread,
+       the one forking here, dies. The signal survives execve. braidrun may
+       have died before prctl: then the rank has been reparented already. */
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) {
+      int e = errno;
+      ssize_t w = write(ex[1], &e, sizeof e);
+      (void)w;
+      _exit(127);
+    }
+    if (getppid() != parent) _exit(127);
     setpgid(0, 0);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -555,10 +514,8 @@ int main(int argc, char **argv) {
   /* The job token. */
   uint8_t tok[BRAID__TOKEN_LEN];
   int have_token = 0;
-  char master_host[BRAID__ENV_HOST_MAX] = "127.0.0.1";
-  int master_port = o.port > 0 ? o.port : 0;
-  if (o.master && braid__parse_hostport(o.master, master_host, sizeof master_host, &master_port))
-    die_usage("--master \"%s\" is not HOST:PORT ([ADDR]:PORT for IPv6)", o.master);
+  const char *master_host = o.master_host;
+  int master_port = o.master_port;
   int loopback = braid__host_is_loopback(master_host);
   if (o.token_file) {
     if (read_token_file(o.token_file, tok)) return 1;
@@ -775,6 +732,17 @@ int main(int argc, char **argv) {
       char how[128];
       describe(status, how, sizeof how);
       msg("rank %d %s", rp->rank, how);
+      /* 126/127: what the dynamic loader or an interpreter exits with when the
+         program never started (its own message, if any, is just above). */
+      if (WIFEXITED(status) && code == 127)
+        msg("rank %d: exit code 127 means %s could not start: a shared library it needs was not found (e.g. "
+            "libbraid.so.0 outside the loader's path: link with -Wl,-rpath,LIBDIR or set LD_LIBRARY_PATH), or "
+            "its interpreter is missing",
+            rp->rank, o.argv[0]);
+      else if (WIFEXITED(status) && code == 126)
+        msg("rank %d: exit code 126 means %s could not be executed: no execute permission, or not a program "
+            "this system can run",
+            rp->rank, o.argv[0]);
       exit_code = code;
       char what[200];
       snprintf(what, sizeof what, "rank %d %s", rp->rank, how);

@@ -28,6 +28,7 @@
 #define SHM_ROTATE_REGION ((size_t)2 << 20) /* ... through this much of their region */
 #define SHM_NT_MIN ((size_t)16 << 20)          /* transfers from this size copy out with streaming stores */
 #define SHM_BRING 64u                          /* entries of the small-broadcast ring */
+#define SHM_MIN_STAGING ((size_t)64 << 10)     /* per rank: what a full /dev/shm may shrink staging to */
 #define SHM_DLOG 128u                          /* collectives remembered per rank for the call check */
 #define SHM_FAIL_TEXT 448
 

@@ -144,7 +144,7 @@ static braid_status pull(braid_comm *c, shm_state *s, shm_req *r) {
     if (braid__poll_remote_failure(c, 0)) return (braid_status)atomic_load(&c->failed);
     return braid__fail(c, BRAID_ERR_PEER_LOST,
                        "rank %d destroyed its communicator before its %zu-byte message with tag %u was received",
-                       src, r->base.bytes, (unsigned)r->base.h.tag);
+                       braid__label(c, src), r->base.bytes, (unsigned)r->base.h.tag);
   }
   braid_status st;
   if (r->zc) {

@@ -1,5 +1,6 @@
 /* shm: the segment (layout, creation, attaching), init, split, destroy,
    abort, and the backend's table. See docs/SHM.md for the design. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -10,6 +11,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -18,6 +20,7 @@
 #include "backends/shm/shm.h"
 #include "bootstrap/bootstrap.h"
 #include "core/params.h"
+#include "core/subcomm.h"
 #include "os/time.h"
 
 #define SHM_MAGIC 0x62726169642d736eULL /* changes with the layout */
@@ -43,8 +46,39 @@ static layout compute_layout(int n, size_t staging) {
   return l;
 }
 
+/* Removes segments of this user whose creator has exited: a job that died
+   before every rank attached (the name goes only when all have) leaves its
+   segment behind, and the next start on the host cleans it up. */
+static void remove_stale(void) {
+  DIR *d = opendir("/dev/shm");
+  if (!d) return;
+  unsigned me = (unsigned)getuid();
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    unsigned uid;
+    int pid;
+    if (sscanf(e->d_name, "braid-%u-%d-", &uid, &pid) != 2 || uid != me || pid <= 0) continue;
+    if (kill(pid, 0) == 0 || errno != ESRCH) continue;
+    char name[300];
+    snprintf(name, sizeof name, "/%s", e->d_name);
+    if (shm_unlink(name) == 0) BLOG_INFO(BRAID_SUB_SHM, -1, "removed %s, left by a job whose pid %d exited", name, pid);
+  }
+  closedir(d);
+}
+
+static int reserve(int fd, size_t total) {
+  int e;
+  do e = posix_fallocate(fd, 0, (off_t)total);
+  while (e == EINTR);
+  return e;
+}
+
+/* Creates the segment with its pages reserved, so a full /dev/shm fails
+   here instead of as SIGBUS in the middle of a collective. When the
+   filesystem cannot hold the requested staging, staging shrinks by halves
+   down to SHM_MIN_STAGING (peers read the size from the header). */
 static braid_status seg_create(braid_comm *c, shm_state *s, const char *name) {
-  layout l = compute_layout(s->n, s->staging);
+  remove_stale();
   int fd = -1;
   for (int tries = 0; tries < 2; tries++) {
     fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
@@ -52,12 +86,43 @@ static braid_status seg_create(braid_comm *c, shm_state *s, const char *name) {
     shm_unlink(name); /* left behind by a job that was killed while starting */
   }
   if (fd < 0) return braid__fail(c, BRAID_ERR_SYSTEM, "shm_open(%s) failed: %s", name, strerror(errno));
-  if (ftruncate(fd, (off_t)l.total) != 0) {
-    int e = errno;
+  size_t want = s->staging;
+  layout l = compute_layout(s->n, s->staging);
+  int e = 0;
+  for (;;) {
+    l = compute_layout(s->n, s->staging);
+    if (ftruncate(fd, (off_t)l.total) != 0) {
+      e = errno;
+      close(fd);
+      shm_unlink(name);
+      return braid__fail(c, BRAID_ERR_SYSTEM, "ftruncate of the %zu-byte segment %s failed: %s", l.total, name,
+                         strerror(e));
+    }
+    if ((e = reserve(fd, l.total)) == 0) break;
+    if ((e != ENOSPC && e != ENOMEM && e != EFBIG) || s->staging <= SHM_MIN_STAGING) break;
+    s->staging = s->staging / 2 / 4096 * 4096;
+    if (s->staging < SHM_MIN_STAGING) s->staging = SHM_MIN_STAGING;
+    if (ftruncate(fd, 0) != 0) break; /* give the reservation back before trying less */
+  }
+  if (e) {
+    struct statvfs vs;
+    size_t avail = fstatvfs(fd, &vs) == 0 ? (size_t)vs.f_bavail * vs.f_frsize : 0;
     close(fd);
     shm_unlink(name);
-    return braid__fail(c, BRAID_ERR_SYSTEM, "ftruncate of the %zu-byte segment %s failed: %s", l.total, name, strerror(e));
+    if (e == ENOSPC || e == ENOMEM || e == EFBIG)
+      return braid__fail(c, BRAID_ERR_NO_MEMORY,
+                         "the shared-memory segment of %d ranks needs %zu bytes even with the smallest staging "
+                         "(BRAID_SHM_BUFFER=%zuK per rank) but /dev/shm has %zu bytes free: give /dev/shm more room "
+                         "(docker run --shm-size=..., or a larger tmpfs) or run fewer ranks per host",
+                         s->n, l.total, (size_t)SHM_MIN_STAGING >> 10, avail);
+    return braid__fail(c, BRAID_ERR_SYSTEM, "reserving the %zu-byte segment %s failed: %s", l.total, name,
+                       strerror(e));
   }
+  if (s->staging < want)
+    BLOG_WARN(BRAID_SUB_SHM, c->rank,
+              "/dev/shm cannot hold %zu bytes of staging per rank for %d ranks: using %zu (large collectives take "
+              "more rounds; give /dev/shm more room, e.g. docker run --shm-size, to restore BRAID_SHM_BUFFER)",
+              want, s->n, s->staging);
   void *p = mmap(NULL, l.total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);
   if (p == MAP_FAILED) {
@@ -82,9 +147,33 @@ static braid_status seg_create(braid_comm *c, shm_state *s, const char *name) {
   return BRAID_OK;
 }
 
+/* While ranks meet (before pidfds exist): a rank whose process exited
+   fails the start for everyone waiting, naming it, instead of the wait
+   running to the deadline. ranks: which to look at (-1: every other). */
+static braid_status startup_check(braid_comm *c, shm_state *s, int which, const char *during) {
+  for (int q = which < 0 ? 0 : which; q < (which < 0 ? s->n : which + 1); q++) {
+    if (q == s->me) continue;
+    int32_t pid = s->hdr ? shm_ctl_of(s, q)->pid : 0;
+    if (!pid) pid = (int32_t)s->pids[q];
+    if (pid > 0 && kill(pid, 0) != 0 && errno == ESRCH)
+      return braid__fail(c, BRAID_ERR_PEER_LOST, "rank %d (pid %d) died during %s", braid__label(c, q), (int)pid,
+                         during);
+  }
+  /* Ranks not attached yet: by what they registered when the job started. */
+  return braid__start_check(c, during);
+}
+
+/* Sleeps between looks at a condition other processes change: short at
+   first (ranks usually meet within a millisecond), then up to 1 ms, so a
+   long wait costs little CPU. */
+static void backoff(double *d) {
+  braid__sleep(*d);
+  *d = *d * 2 > 1e-3 ? 1e-3 : *d * 2;
+}
+
 /* Opens a segment another rank creates; waits for it to appear and be ready. */
 static braid_status seg_open(braid_comm *c, shm_state *s, const char *name, double deadline) {
-  double next_warn = braid__now() + 5.0;
+  double next_warn = braid__now() + 5.0, next_check = braid__now() + 0.1, pause = 20e-6;
   for (;;) {
     if (braid__aborted(c)) return braid__fail(c, BRAID_ERR_ABORTED, "aborted while opening segment %s", name);
     int fd = shm_open(name, O_RDWR, 0);
@@ -129,7 +218,12 @@ static braid_status seg_open(braid_comm *c, shm_state *s, const char *name, doub
       BLOG_WARN(BRAID_SUB_SHM, c->rank, "%s: still waiting for shared-memory segment %s", c->call, name);
       next_warn = INFINITY;
     }
-    braid__sleep(100e-6);
+    if (now >= next_check) {
+      next_check = now + 0.1;
+      braid_status st = startup_check(c, s, 0, "the start of a communicator, before it created the shared-memory segment");
+      if (st) return st;
+    }
+    backoff(&pause);
   }
 }
 
@@ -175,14 +269,18 @@ static shm_state *state_new(int n, int me) {
     state_free(s);
     return NULL;
   }
-  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-  s->oversub = ncpu > 0 && n > ncpu;
   return s;
 }
 
 /* Oversubscribed cores: spinning only delays the rank waited for, which may
-   be queued on this very core (docs/SHM.md: yielding at once won there). */
-static void set_waiting(braid_comm *c, const shm_state *s) {
+   be queued on this very core (docs/SHM.md: yielding at once won there).
+   What counts is every rank of the job on this host, not only this
+   communicator's (a backend's node-local part is smaller than the host's
+   share of the job). */
+static void set_waiting(braid_comm *c, shm_state *s) {
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  int here = c->boot && c->boot->local_size > s->n ? c->boot->local_size : s->n;
+  s->oversub = ncpu > 0 && here > ncpu;
   c->spin_limit = s->oversub ? 1 : 4096;
   c->yield_s = 2e-3;
 }
@@ -214,14 +312,21 @@ static braid_status attach_and_meet(braid_comm *c, shm_state *s, const char *nam
     shm_unlink(name);
     atomic_store(&s->hdr->unlinked, 1);
   }
+  double next_check = braid__now() + 0.1, pause = 20e-6;
   while (atomic_load(&s->hdr->attached) < (uint32_t)s->n) {
     if (braid__aborted(c)) return braid__fail(c, BRAID_ERR_ABORTED, "aborted while waiting for ranks to attach");
-    if (braid__now() >= deadline) {
+    double now = braid__now();
+    if (now >= deadline) {
       if (s->me == 0) shm_unlink(name);
       return braid__fail(c, BRAID_ERR_TIMEOUT, "timed out after %g s: %u of %d ranks attached to segment %s",
                          c->timeout_s, atomic_load(&s->hdr->attached), s->n, name);
     }
-    if (s->n > 1) braid__sleep(20e-6);
+    if (now >= next_check) {
+      next_check = now + 0.1;
+      braid_status st = startup_check(c, s, -1, "the start of a communicator, before every rank attached");
+      if (st) return st;
+    }
+    backoff(&pause);
   }
   for (int q = 0; q < s->n; q++) s->pids[q] = shm_ctl_of(s, q)->pid;
   open_pidfds(s);
@@ -237,7 +342,7 @@ typedef struct shm_params {
 
 static braid_status read_params(braid_comm *c, shm_params *p) {
   char err[256];
-  braid_status st = braid__param_size(BRAID_P_SHM_BUFFER, 64u << 10, (size_t)1 << 40, &p->staging, err, sizeof err);
+  braid_status st = braid__param_size(BRAID_P_SHM_BUFFER, SHM_MIN_STAGING, (size_t)1 << 40, &p->staging, err, sizeof err);
   if (!st) st = braid__param_int(BRAID_P_SHM_CMA, 0, 1, &p->cma, err, sizeof err);
   if (!st) st = braid__param_int(BRAID_P_SHM_MEMBARRIER, 0, 1, &p->membar, err, sizeof err);
   if (!st) st = braid__param_int(BRAID_P_SHM_ZEROCOPY, 0, 1, &p->zc, err, sizeof err);
@@ -360,6 +465,7 @@ static braid_status shm_split(braid_comm *parent, braid_comm *child, const int *
   if (!s) return braid__fail(child, BRAID_ERR_NO_MEMORY, "out of memory for the shm backend");
   s->staging = ps->staging;
   s->cma_min = ps->cma_min;
+  for (int i = 0; i < n; i++) s->pids[i] = ps->pids[members[i]];
   char name[128];
   /* The creator's pid plus the child id make a name no other live job uses. */
   snprintf(name, sizeof name, "/braid-%u-%d-%llx", (unsigned)getuid(), (int)ps->pids[members[0]],

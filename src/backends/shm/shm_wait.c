@@ -134,11 +134,11 @@ braid_status shm_check_peers(braid_comm *c, int peer, const char *what) {
     }
     if (left && q == peer)
       return braid__fail(c, BRAID_ERR_PEER_LOST,
-                         "rank %d (pid %d) destroyed its communicator during %s while this rank waited for it: %s", q,
-                         (int)s->pids[q], c->call, what);
+                         "rank %d (pid %d) destroyed its communicator during %s while this rank waited for it: %s",
+                         braid__label(c, q), (int)s->pids[q], c->call, what);
     if (!left && shm_peer_dead(s, q))
       return braid__fail(c, BRAID_ERR_PEER_LOST, "rank %d (pid %d) died during %s (this rank was waiting for rank %d: %s)",
-                         q, (int)s->pids[q], c->call, peer, what);
+                         braid__label(c, q), (int)s->pids[q], c->call, braid__label(c, peer), what);
   }
   return BRAID_OK;
 }
@@ -199,10 +199,11 @@ int shm_peer_desc(braid_comm *c, int peer, uint64_t seq, braid__desc *out) {
 static braid_status cma_error(braid_comm *c, shm_state *s, int q, int err, const char *dir) {
   if (braid__poll_remote_failure(c, 0)) return (braid_status)atomic_load(&c->failed);
   if (err == ESRCH || shm_peer_dead(s, q))
-    return braid__fail(c, BRAID_ERR_PEER_LOST, "rank %d (pid %d) died during %s", q, (int)s->pids[q], c->call);
+    return braid__fail(c, BRAID_ERR_PEER_LOST, "rank %d (pid %d) died during %s", braid__label(c, q), (int)s->pids[q],
+                       c->call);
   /* The peer waits for this transfer: the communicator fails for all. */
-  return braid__fail_comm(c, BRAID_ERR_SYSTEM, "process_vm_%s from rank %d (pid %d) failed: %s", dir, q,
-                          (int)s->pids[q], strerror(err));
+  return braid__fail_comm(c, BRAID_ERR_SYSTEM, "process_vm_%s from rank %d (pid %d) failed: %s", dir,
+                          braid__label(c, q), (int)s->pids[q], strerror(err));
 }
 
 static braid_status cma_xfer(braid_comm *c, shm_state *s, int q, void *local, uint64_t remote, size_t len, int write) {

@@ -17,7 +17,7 @@ static double now_s(void) {
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-enum { K_AR, K_BC, K_AG, K_RS, K_BARRIER, K_SKIP };
+enum { K_AR, K_BC, K_AG, K_RS, K_BARRIER, K_SKIP, K_RD, K_GA, K_SC, K_A2A, K_A2AV, K_ARP };
 
 /* One call as a rank makes it. */
 typedef struct call {
@@ -42,8 +42,34 @@ static void describe(const call *k, char *out, size_t len) {
   case K_RS: snprintf(out, len, "braid_reduce_scatter(%zu x %s, %s)", k->count, dt, braid_op_name(k->op)); break;
   case K_BC: snprintf(out, len, "braid_broadcast(root %d, %zu x %s)", k->root, k->count, dt); break;
   case K_AG: snprintf(out, len, "braid_all_gather(%zu x %s)", k->count, dt); break;
+  case K_RD:
+    snprintf(out, len, "braid_reduce(root %d, %zu x %s, %s)", k->root, k->count, dt, braid_op_name(k->op));
+    break;
+  case K_GA: snprintf(out, len, "braid_gather(root %d, %zu x %s)", k->root, k->count, dt); break;
+  case K_SC: snprintf(out, len, "braid_scatter(root %d, %zu x %s)", k->root, k->count, dt); break;
+  case K_A2A: snprintf(out, len, "braid_all_to_all(%zu x %s)", k->count, dt); break;
+  case K_A2AV: snprintf(out, len, "braid_all_to_allv(%s)", dt); break;
+  /* the scalar's digest is the library's: the text up to it */
+  case K_ARP: snprintf(out, len, "braid_all_reduce(%zu x %s, premul_sum #", k->count, dt); break;
   default: snprintf(out, len, "braid_barrier()"); break;
   }
+}
+
+/* K_ARP: a scaled sum by 0.5, or by 0.25 when root is 1. */
+static braid_status issue_premul(braid_comm *c, const call *k, void *buf) {
+  float s = k->root ? 0.25f : 0.5f;
+  braid_op op;
+  braid_status st = braid_op_premul_sum(c, &s, BRAID_F32, &op);
+  return st ? st : braid_all_reduce(c, buf, k->count, k->dt, op);
+}
+
+static braid_status issue_a2av(braid_comm *c, int n, const call *k, void *buf) {
+  size_t *v = malloc(sizeof(size_t) * 2 * (size_t)n);
+  if (!v) return BRAID_ERR_NO_MEMORY;
+  for (int j = 0; j < n; j++) v[j] = k->count, v[n + j] = (size_t)j * k->count;
+  braid_status st = braid_all_to_allv(c, buf, v, v + n, (char *)buf + k->count * (size_t)n * 4, v, v + n, k->dt);
+  free(v);
+  return st;
 }
 
 static braid_status issue(braid_comm *c, int n, const call *k, void *buf) {
@@ -52,6 +78,12 @@ static braid_status issue(braid_comm *c, int n, const call *k, void *buf) {
   case K_RS: return braid_reduce_scatter(c, buf, (char *)buf + k->count * (size_t)n * 8, k->count, k->dt, k->op);
   case K_BC: return braid_broadcast(c, buf, k->count, k->dt, k->root);
   case K_AG: return braid_all_gather(c, buf, (char *)buf + k->count * 8, k->count, k->dt);
+  case K_RD: return braid_reduce(c, buf, (char *)buf + k->count * 8, k->count, k->dt, k->op, k->root);
+  case K_GA: return braid_gather(c, buf, (char *)buf + k->count * 8, k->count, k->dt, k->root);
+  case K_SC: return braid_scatter(c, buf, (char *)buf + k->count * (size_t)n * 8, k->count, k->dt, k->root);
+  case K_A2A: return braid_all_to_all(c, buf, (char *)buf + k->count * (size_t)n * 4, k->count, k->dt);
+  case K_A2AV: return issue_a2av(c, n, k, buf);
+  case K_ARP: return issue_premul(c, k, buf);
   default: return braid_barrier(c);
   }
 }
@@ -117,11 +149,33 @@ static int cases_at(size_t cnt, mcase *out) {
   out[k++] = (mcase){"barrier vs all-reduce", ar, bar, 1};
   call skip = {K_SKIP, BRAID_U8, BRAID_SUM, 0, 0};
   out[k++] = (mcase){"skipped all-reduce", ar, skip, 1};
+  call rd = {K_RD, BRAID_F32, BRAID_SUM, cnt, 0};
+  v = rd, v.root = 1;
+  out[k++] = (mcase){"reduce root", rd, v, 1};
+  v = rd, v.op = BRAID_MAX;
+  out[k++] = (mcase){"reduce op", rd, v, 0};
+  call ga = {K_GA, BRAID_F32, BRAID_SUM, cnt, 0};
+  out[k++] = (mcase){"reduce vs gather", rd, ga, 1};
+  v = ga, v.root = 1;
+  out[k++] = (mcase){"gather root", ga, v, 1};
+  call sc = {K_SC, BRAID_F32, BRAID_SUM, cnt, 0};
+  v = sc, v.count = cnt - 1;
+  out[k++] = (mcase){"scatter count", sc, v, 1};
+  out[k++] = (mcase){"scatter vs gather", ga, sc, 0};
+  call a2a = {K_A2A, BRAID_F32, BRAID_SUM, cnt, 0};
+  v = a2a, v.count = cnt - 1;
+  out[k++] = (mcase){"all-to-all count", a2a, v, 1};
+  out[k++] = (mcase){"all-to-all vs all-gather", ag, a2a, 1};
+  call a2av = {K_A2AV, BRAID_F32, BRAID_SUM, cnt, 0};
+  out[k++] = (mcase){"all-to-allv vs all-to-all", a2a, a2av, 1};
+  call arp = {K_ARP, BRAID_F32, BRAID_SUM, cnt, 0};
+  v = arp, v.root = 1;
+  out[k++] = (mcase){"premul scalar", arp, v, 1};
   return k;
 }
 
 static int run_all(const char *backend, const char *const *env, const size_t *counts, int ncounts) {
-  mcase cs[16];
+  mcase cs[32];
   static const int sizes[] = {2, 3};
   for (int ci = 0; ci < ncounts; ci++) {
     int nc = cases_at(counts[ci], cs);
@@ -167,6 +221,18 @@ static int test_shm_generic(void) {
   return run_all("shm", env, counts, 2) || run_all("shm", env2, counts, 1);
 }
 
+/* tcp has no native collectives: the automatic choice, then other
+   algorithms; 16 floats go eager, 300000 (above BRAID_TCP_EAGER_MAX) by
+   rendezvous. */
+static int test_tcp(void) {
+  if (!has_backend("tcp")) return 0;
+  static const size_t counts[] = {16, 300000};
+  static const char *const env[] = {"BRAID_TIMEOUT=60", NULL};
+  static const char *const env2[] = {"BRAID_ALGO=allreduce=rd,broadcast=chain,allgather=bruck,reduce_scatter=rhd",
+                                     "BRAID_TIMEOUT=60", NULL};
+  return run_all("tcp", env, counts, 2) || run_all("tcp", env2, counts, 1);
+}
+
 /* With the check off the calls still meet where they can (no false alarm
    on matching calls), and matching calls pass with it on at one rank. */
 static int body_ok(braid_comm *c, int rank, int n, void *arg) {
@@ -199,6 +265,7 @@ int main(int argc, char **argv) {
   static const bt_case cases[] = {
       {"shm_native", test_shm_native, 600},
       {"shm_generic", test_shm_generic, 600},
+      {"tcp", test_tcp, 600},
       BT_CASE(test_matching_calls_pass),
   };
   return bt_main(argc, argv, cases, BT_COUNT(cases));

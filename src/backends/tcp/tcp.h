@@ -1,0 +1,226 @@
+/* Backend "tcp": ranks on any hosts over TCP sockets, driven by the core's
+   progress engine (epoll, no threads). Internal layout shared by
+   tcp_frame.c (the wire format), tcp_conn.c (listener, addresses, lazy
+   connects, the authenticated handshake, closing), tcp_io.c (per-connection
+   read and write machines, messages, progress) and tcp.c (init, destroy,
+   abort, failures, the table).
+
+   Connections carry data one way: rank i sends to j only over the sockets i
+   opened to j (socket 0 in order: EAGER, RTS, CTS; DATA striped over all
+   of them); the sockets i accepted carry what others send to i. The other
+   direction of a socket carries the handshake reply, FAIL and BYE only. */
+#ifndef BRAID_TCP_H
+#define BRAID_TCP_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "backends/tcp/tcp_frame.h"
+#include "core/comm.h"
+
+#define TCP_CHUNK ((size_t)512 << 10)      /* payload of a DATA frame */
+#define TCP_DATA_MAX ((uint64_t)16 << 20)  /* largest DATA payload a receiver accepts */
+#define TCP_EAGER_LIMIT ((size_t)64 << 20) /* largest BRAID_TCP_EAGER_MAX: what any receiver accepts */
+#define TCP_RBUF ((size_t)64 << 10)        /* read buffer of an authenticated incoming socket */
+#define TCP_RBUF_SMALL ((size_t)1 << 10)   /* ... of a socket in its handshake or an outgoing one */
+#define TCP_DIRECT_MIN ((size_t)16 << 10)  /* payload left from which recv() goes straight to its buffer */
+#define TCP_READ_BUDGET ((size_t)8 << 20)  /* bytes one socket may read per progress pass (fairness) */
+#define TCP_DATA_DEPTH 2                   /* DATA frames queued per socket */
+#define TCP_AUTH_TIMEOUT_S 10.0            /* an accepted socket must authenticate within this */
+#define TCP_MAX_UNAUTH 64                  /* accepted sockets still in their handshake, at most */
+#define TCP_KEY_LEN 32
+
+/* Connection states. Outgoing: CONNECTING -> WAIT_ACK -> READY. Incoming:
+   IN_HELLO -> IN_AUTH -> IN_READY. CLOSED: fd closed, waiting to be freed. */
+enum { C_CONNECTING = 1, C_WAIT_ACK, C_READY, C_IN_HELLO, C_IN_AUTH, C_IN_READY, C_CLOSED };
+
+/* Send states, then receive states: R_EAGER, a matched eager payload
+   arriving; R_DATA, CTS sent and DATA arriving. */
+enum { S_EAGER = 1, S_CTS_WAIT, S_STREAM, R_EAGER, R_DATA };
+
+typedef struct tcp_req {
+  braid__req base;
+  struct tcp_req *lnext, *lprev; /* the peer's sends or rendezvous receives */
+  uint64_t msgid;
+  size_t off;  /* send: bytes handed to DATA frames */
+  size_t done; /* send: bytes written; receive: bytes arrived */
+  int state;
+} tcp_req;
+
+typedef struct tcp_umsg {
+  braid__umsg base;
+  int rndv;
+  uint64_t msgid; /* rndv: the sender's message to ask for */
+  char *data;     /* eager: the payload */
+} tcp_umsg;
+
+/* A frame queued on a socket: header, then payload (the sender's buffer or
+   owned). */
+typedef struct tcp_frame {
+  struct tcp_frame *next;
+  tcp_req *req; /* EAGER: completes when written; DATA: its bytes count */
+  const char *payload;
+  char *owned;
+  size_t plen, done; /* done: bytes of header + payload written */
+  uint8_t type;
+  uint8_t hdr[BRAID_TCP_HDR];
+} tcp_frame;
+
+typedef struct tcp_conn {
+  int fd;
+  int peer; /* -1 until an incoming socket's HELLO */
+  int idx;  /* socket index in the sender's set */
+  int out;  /* this rank connected */
+  int state;
+  int bye;     /* the peer said BYE on this socket */
+  int reading; /* inside tcp_read (its state must not be read again meanwhile) */
+  uint32_t events;
+  uint64_t seq_out, seq_in;
+  char where[80]; /* the remote end, "host:port", for messages */
+  /* writing: handshake bytes first, then the frame queue (only once ready) */
+  uint8_t hs[BRAID_TCP_HDR + BRAID_TCP_ACK_LEN];
+  size_t hs_len, hs_done;
+  tcp_frame *qhead, *qtail;
+  int ndata; /* DATA frames queued */
+  /* reading */
+  char *rbuf;
+  size_t rcap, rpos, rlen;
+  int in_body;                       /* header read, payload in progress */
+  braid__tcp_hdr h;                  /* the frame being read */
+  char *dest;                        /* where the payload goes; NULL: discarded */
+  size_t left;                       /* payload bytes still to read */
+  tcp_req *rr;                       /* the receive it fills */
+  tcp_umsg *ru;                      /* or the unexpected message */
+  uint8_t small[BRAID_TCP_FAIL_MAX]; /* handshake and FAIL payloads */
+  uint8_t nonce_c[BRAID_TCP_NONCE], nonce_s[BRAID_TCP_NONCE];
+  double auth_deadline;
+  struct tcp_conn *next; /* every connection of the communicator */
+} tcp_conn;
+
+typedef struct tcp_peer {
+  tcp_conn *out[BRAID_TCP_MAX_SOCKS]; /* this rank's sockets to it */
+  tcp_conn *in[BRAID_TCP_MAX_SOCKS];  /* its sockets to this rank (authenticated) */
+  int nin;                            /* of those, open */
+  int bye;                            /* it said BYE on some socket */
+  int known;                          /* its address was read from the store */
+  struct sockaddr_storage sa;
+  socklen_t salen;
+  char where[80]; /* its listener, "host:port" */
+  uint64_t next_msgid;
+  tcp_req *sends; /* every unfinished send to it (any state), oldest first */
+  tcp_req *recvs; /* rendezvous receives from it, CTS sent */
+  int nstream;    /* sends with DATA left to queue */
+} tcp_peer;
+
+typedef struct tcp_keyref tcp_keyref;
+
+typedef struct tcp_state {
+  int n, me;
+  int nsocks;
+  size_t eager_max, sockbuf;
+  int ka_idle, ka_intvl, ka_cnt; /* keepalive, from BRAID_TIMEOUT */
+  int epfd, evfd, lfd;           /* epoll set, abort eventfd, listener (-1 for one rank) */
+  char laddr[64];
+  int lport;
+  uint8_t key[TCP_KEY_LEN];
+  tcp_keyref *keyref; /* the world's generated secret, shared with its children */
+  tcp_peer *peers;
+  tcp_conn *conns; /* every connection, open or closed */
+  int nclosed;     /* closed ones to free */
+  int nunauth;     /* accepted sockets in their handshake */
+  int nstream;     /* peers with DATA to queue */
+  tcp_frame *free_frames;
+  /* failures */
+  braid_status err;           /* the first failure progress found */
+  _Atomic uint32_t fail_flag; /* a FAIL frame arrived */
+  int fail_status, fail_origin;
+  char fail_text[BRAID_TCP_FAIL_TEXT + 1];
+  uint64_t desc_seq;  /* the collective whose descriptor this rank published */
+  int sweeping;       /* inside tcp_sweep */
+  double refuse_next; /* rate limit of the refused-connection warning */
+  int refused;        /* refused since the last warning */
+  /* the epoll tags of the listener and the eventfd */
+  char tag_listen, tag_abort;
+} tcp_state;
+
+static inline int tcp_conn_ready(const tcp_conn *k) { return k->state == C_READY || k->state == C_IN_READY; }
+
+/* tcp_conn.c */
+/* Listener and address publication, every peer's address, the shared secret. */
+braid_status tcp_listen(braid_comm *c, tcp_state *s);
+braid_status tcp_addresses(braid_comm *c, tcp_state *s);
+braid_status tcp_key_setup(braid_comm *c, tcp_state *s);
+void tcp_key_release(tcp_state *s);
+/* The outgoing socket idx to q, opened (non-blocking connect) if needed. */
+braid_status tcp_out_conn(braid_comm *c, tcp_state *s, int q, int idx, tcp_conn **out);
+/* Accepts what the listener has. */
+braid_status tcp_accept(braid_comm *c, tcp_state *s);
+/* The outgoing socket's connect finished (EPOLLOUT while CONNECTING). */
+braid_status tcp_connected(braid_comm *c, tcp_state *s, tcp_conn *k);
+/* A handshake frame whose payload is in k->small. */
+braid_status tcp_handshake(braid_comm *c, tcp_state *s, tcp_conn *k);
+/* The socket ended (EOF: err 0, else an errno): closes it and decides
+   whether that fails the communicator. */
+braid_status tcp_conn_lost(braid_comm *c, tcp_state *s, tcp_conn *k, int err);
+/* A stranger's socket broke the rules: logged (rate-limited) and closed. */
+void tcp_refuse(braid_comm *c, tcp_state *s, tcp_conn *k, const char *why);
+void tcp_conn_close(tcp_state *s, tcp_conn *k);
+/* Frees closed connections (after an event batch, when nothing points at them). */
+void tcp_reap(tcp_state *s);
+/* Closes accepted sockets past their authentication deadline. */
+void tcp_expire(braid_comm *c, tcp_state *s);
+/* Updates the socket's epoll interest to what it waits for. */
+void tcp_watch(tcp_state *s, tcp_conn *k);
+/* Peer q destroyed its communicator and nothing more can come from it. */
+int tcp_peer_gone(const tcp_state *s, int q);
+/* This rank has a send to q or a receive from q not complete. */
+int tcp_pending_with(braid_comm *c, tcp_state *s, int q);
+/* "rank 2 (10.0.0.2:41234)". */
+void tcp_peer_name(const braid_comm *c, const tcp_state *s, int q, char *out, size_t len);
+/* Fails c because q is gone while this rank waits for it. */
+braid_status tcp_fail_gone(braid_comm *c, tcp_state *s, int q, const char *what);
+/* Before a lost socket fails the communicator: reads what every other
+   socket holds, since a FAIL frame there says why the peer left. 1 when c
+   failed meanwhile (with that cause, relayed), else 0. */
+int tcp_sweep(braid_comm *c, tcp_state *s);
+
+/* tcp_io.c */
+tcp_frame *tcp_frame_new(tcp_state *s);
+void tcp_frame_free(tcp_state *s, tcp_frame *f);
+/* Encodes h with the socket's next sequence number into f and queues it. */
+void tcp_enqueue(tcp_conn *k, tcp_frame *f, braid__tcp_hdr *h);
+/* Writes what the socket can take now. */
+braid_status tcp_flush(braid_comm *c, tcp_state *s, tcp_conn *k);
+/* Reads what the socket has (bounded per call). */
+braid_status tcp_read(braid_comm *c, tcp_state *s, tcp_conn *k);
+/* A header with the communicator id and the fields of a frame type. */
+braid__tcp_hdr tcp_hdr(uint64_t comm, int type);
+/* Sends a FAIL frame (origin's status and sentence) or a BYE frame on
+   every authenticated socket whose queue is idle, without waiting. */
+void tcp_say(braid_comm *c, tcp_state *s, int type, int st, int origin, const char *text);
+/* Queues DATA of the streaming sends to q on its ready sockets. */
+braid_status tcp_feed(braid_comm *c, tcp_state *s, int q);
+/* Drops every request the peers' lists hold (destroy). */
+void tcp_drop_all(braid_comm *c, tcp_state *s);
+
+braid_status tcp_isend(braid_comm *c, braid__req *r);
+braid_status tcp_irecv(braid_comm *c, braid__req *r);
+braid_status tcp_progress(braid_comm *c);
+braid_status tcp_take(braid_comm *c, braid__req *r, braid__umsg *u);
+void tcp_release_umsg(braid_comm *c, braid__umsg *u);
+int tcp_arm(braid_comm *c);
+void tcp_sleep(braid_comm *c, double slice_s);
+void tcp_disarm(braid_comm *c);
+
+/* Test hooks (tests/unit/test_tcp.c). The address and port of this rank's
+   listener (-1 without one). */
+int braid__tcp_test_listener(braid_comm *c, char *addr, size_t len);
+/* Writes len raw bytes on this rank's authenticated socket 0 to peer
+   (connecting first, within the communicator's timeout), as if they were its
+   next frame; patch != 0 first sets the frame's comm id and seq fields to
+   what the peer expects, so a test can corrupt one other field. */
+braid_status braid__tcp_test_raw(braid_comm *c, int peer, void *bytes, size_t len, int patch);
+
+#endif

@@ -1,0 +1,722 @@
+/* tcp: the listener and its address in the store, the key that
+   authenticates connections, lazy non-blocking connects, accepting, the
+   handshake state machine, and what a closed socket means. */
+#include <errno.h>
+#include <math.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "backends/tcp/tcp.h"
+#include "bootstrap/auth.h"
+#include "bootstrap/bootstrap.h"
+#include "core/subcomm.h"
+#include "core/wait.h"
+#include "os/sock.h"
+#include "os/time.h"
+
+/* ---------------------------------------------------------------- the key */
+
+/* Without a job token, rank 0 of a world draws a secret and publishes it in
+   the store (a loopback-only store then: only this host's processes read
+   it). The world and its split children share it: one entry per world,
+   found by the bootstrap state they share. */
+struct tcp_keyref {
+  tcp_keyref *next;
+  const void *owner;
+  int refs;
+  uint8_t key[TCP_KEY_LEN];
+};
+
+static pthread_mutex_t secrets_lock = PTHREAD_MUTEX_INITIALIZER;
+static tcp_keyref *secrets;
+
+#define SECRET_KEY "tcp/secret"
+
+static braid_status fetch_secret(braid_comm *c, uint8_t key[TCP_KEY_LEN]) {
+  braid__boot *b = c->boot;
+  int world = !strcmp(b->prefix, b->job_prefix);
+  if (world && c->rank == 0) {
+    if (braid__random_bytes(key, TCP_KEY_LEN))
+      return braid__fail(c, BRAID_ERR_SYSTEM, "could not draw the tcp connection secret");
+    if (braid__store_set(b->store, SECRET_KEY, key, TCP_KEY_LEN))
+      return braid__fail(c, BRAID_ERR_BOOTSTRAP, "could not publish the tcp connection secret: %s",
+                         braid__store_error(b->store));
+    return BRAID_OK;
+  }
+  /* The world's namespace holds it. */
+  braid_status st = world ? BRAID_OK : braid__store_set_prefix(b->store, b->job_prefix);
+  void *v = NULL;
+  size_t len = 0;
+  if (!st) st = braid__store_get(b->store, SECRET_KEY, &v, &len, braid__deadline(b->init_timeout_s));
+  char why[256];
+  snprintf(why, sizeof why, "%s", braid__store_error(b->store));
+  if (!world && braid__store_set_prefix(b->store, b->prefix) && !st) st = BRAID_ERR_BOOTSTRAP;
+  if (!st && len != TCP_KEY_LEN) {
+    snprintf(why, sizeof why, "it has %zu bytes instead of %d", len, TCP_KEY_LEN);
+    st = BRAID_ERR_BOOTSTRAP;
+  }
+  if (!st) memcpy(key, v, TCP_KEY_LEN);
+  free(v);
+  if (st) return braid__fail(c, BRAID_ERR_BOOTSTRAP, "could not read rank 0's tcp connection secret: %s", why);
+  return BRAID_OK;
+}
+
+braid_status tcp_key_setup(braid_comm *c, tcp_state *s) {
+  braid__boot *b = c->boot;
+  if (s->n == 1 || !b || !b->store) return BRAID_OK; /* no one to meet */
+  if (b->env.has_token) {
+    memcpy(s->key, b->env.token, TCP_KEY_LEN);
+    return BRAID_OK;
+  }
+  const void *owner = b->shared;
+  pthread_mutex_lock(&secrets_lock);
+  for (tcp_keyref *e = secrets; e; e = e->next)
+    if (e->owner == owner) {
+      e->refs++;
+      memcpy(s->key, e->key, TCP_KEY_LEN);
+      s->keyref = e;
+      break;
+    }
+  pthread_mutex_unlock(&secrets_lock);
+  if (s->keyref) return BRAID_OK;
+  tcp_keyref *e = calloc(1, sizeof *e);
+  if (!e) return braid__fail(c, BRAID_ERR_NO_MEMORY, "out of memory for the tcp secret");
+  braid_status st = fetch_secret(c, e->key);
+  if (st) {
+    free(e);
+    return st;
+  }
+  memcpy(s->key, e->key, TCP_KEY_LEN);
+  e->owner = owner;
+  e->refs = 1;
+  pthread_mutex_lock(&secrets_lock);
+  e->next = secrets;
+  secrets = e;
+  pthread_mutex_unlock(&secrets_lock);
+  s->keyref = e;
+  return BRAID_OK;
+}
+
+void tcp_key_release(tcp_state *s) {
+  tcp_keyref *e = s->keyref;
+  s->keyref = NULL;
+  if (!e) return;
+  pthread_mutex_lock(&secrets_lock);
+  if (--e->refs == 0) {
+    for (tcp_keyref **p = &secrets; *p; p = &(*p)->next)
+      if (*p == e) {
+        *p = e->next;
+        break;
+      }
+  } else {
+    e = NULL;
+  }
+  pthread_mutex_unlock(&secrets_lock);
+  free(e);
+}
+
+/* ---------------------------------------------------------------- sockets */
+
+/* Large buffers where the system lets them be that large: a smaller forced
+   size would switch off the kernel's own tuning for less. */
+static long sys_limit(const char *path) {
+  FILE *f = fopen(path, "r");
+  long v = -1;
+  if (f) {
+    if (fscanf(f, "%ld", &v) != 1) v = -1;
+    fclose(f);
+  }
+  return v;
+}
+
+static void set_buffers(const tcp_state *s, int fd) {
+  static long rmax = -2, wmax = -2;
+  if (!s->sockbuf) return;
+  if (rmax == -2) {
+    rmax = sys_limit("/proc/sys/net/core/rmem_max");
+    wmax = sys_limit("/proc/sys/net/core/wmem_max");
+  }
+  int want = s->sockbuf > (size_t)1 << 30 ? 1 << 30 : (int)s->sockbuf;
+  if (rmax < 0 || rmax >= want) (void)setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &want, sizeof want);
+  if (wmax < 0 || wmax >= want) (void)setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &want, sizeof want);
+}
+
+static void set_options(const tcp_state *s, int fd) {
+  braid__sock_set_nodelay(fd);
+  braid__sock_set_keepalive(fd, s->ka_idle, s->ka_intvl, s->ka_cnt);
+}
+
+static tcp_conn *conn_new(tcp_state *s, int fd, int out, int peer, int idx, int state) {
+  tcp_conn *k = calloc(1, sizeof *k);
+  if (!k) return NULL;
+  k->rcap = TCP_RBUF_SMALL;
+  k->rbuf = malloc(k->rcap);
+  if (!k->rbuf) {
+    free(k);
+    return NULL;
+  }
+  k->fd = fd;
+  k->out = out;
+  k->peer = peer;
+  k->idx = idx;
+  k->state = state;
+  k->events = EPOLLIN | EPOLLRDHUP | (state == C_CONNECTING ? EPOLLOUT : 0);
+  struct epoll_event ev = {.events = k->events, .data.ptr = k};
+  if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+    free(k->rbuf);
+    free(k);
+    return NULL;
+  }
+  k->next = s->conns;
+  s->conns = k;
+  return k;
+}
+
+void tcp_watch(tcp_state *s, tcp_conn *k) {
+  if (k->state == C_CLOSED) return;
+  uint32_t want = EPOLLIN | EPOLLRDHUP;
+  if (k->state == C_CONNECTING || k->hs_done < k->hs_len || (tcp_conn_ready(k) && k->qhead)) want |= EPOLLOUT;
+  if (want == k->events) return;
+  struct epoll_event ev = {.events = want, .data.ptr = k};
+  if (epoll_ctl(s->epfd, EPOLL_CTL_MOD, k->fd, &ev) == 0) k->events = want;
+}
+
+void tcp_conn_close(tcp_state *s, tcp_conn *k) {
+  if (k->state == C_CLOSED) return;
+  if (k->fd >= 0) {
+    epoll_ctl(s->epfd, EPOLL_CTL_DEL, k->fd, NULL);
+    close(k->fd);
+    k->fd = -1;
+  }
+  if (k->state == C_IN_HELLO || k->state == C_IN_AUTH) s->nunauth--;
+  if (k->peer >= 0) {
+    tcp_peer *p = &s->peers[k->peer];
+    if (k->out && p->out[k->idx] == k) p->out[k->idx] = NULL;
+    if (!k->out && k->state == C_IN_READY && p->in[k->idx] == k) {
+      p->in[k->idx] = NULL;
+      p->nin--;
+    }
+  }
+  k->state = C_CLOSED;
+  while (k->qhead) {
+    tcp_frame *f = k->qhead;
+    k->qhead = f->next;
+    tcp_frame_free(s, f);
+  }
+  k->qtail = NULL;
+  k->ndata = 0;
+  if (k->ru) {
+    free(k->ru->data);
+    free(k->ru);
+    k->ru = NULL;
+  }
+  k->rr = NULL;
+  free(k->rbuf);
+  k->rbuf = NULL;
+  k->rcap = k->rpos = k->rlen = 0;
+  s->nclosed++;
+}
+
+void tcp_reap(tcp_state *s) {
+  if (!s->nclosed) return;
+  for (tcp_conn **p = &s->conns; *p;) {
+    tcp_conn *k = *p;
+    if (k->state != C_CLOSED) {
+      p = &k->next;
+      continue;
+    }
+    *p = k->next;
+    free(k);
+  }
+  s->nclosed = 0;
+}
+
+/* ---------------------------------------------------------------- names */
+
+void tcp_peer_name(const braid_comm *c, const tcp_state *s, int q, char *out, size_t len) {
+  const tcp_peer *p = &s->peers[q];
+  const char *where = p->known ? p->where : NULL;
+  for (int i = 0; !where && i < BRAID_TCP_MAX_SOCKS; i++)
+    if (p->in[i]) where = p->in[i]->where;
+  for (int i = 0; !where && i < BRAID_TCP_MAX_SOCKS; i++)
+    if (p->out[i]) where = p->out[i]->where;
+  snprintf(out, len, "rank %d (%s)", braid__label(c, q), where ? where : "address not known here");
+}
+
+/* ---------------------------------------------------------------- the listener */
+
+#define ADDR_KEY "tcp/addr/%d"
+
+braid_status tcp_listen(braid_comm *c, tcp_state *s) {
+  braid__listener l;
+  char err[384];
+  braid_status st = braid__listen_dataplane(c->boot, 1024, &l, err, sizeof err);
+  if (st) return braid__fail(c, st, "%s", err);
+  s->lfd = l.fd;
+  s->lport = l.port;
+  snprintf(s->laddr, sizeof s->laddr, "%s", l.addr);
+  /* Accepted sockets inherit the listener's buffer sizes (and the window
+     scale follows the receive buffer at the handshake). */
+  set_buffers(s, s->lfd);
+  struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &s->tag_listen};
+  if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->lfd, &ev) != 0)
+    return braid__fail(c, BRAID_ERR_SYSTEM, "epoll_ctl on the tcp listener failed: %s", strerror(errno));
+  char key[32], val[96];
+  snprintf(key, sizeof key, ADDR_KEY, s->me);
+  snprintf(val, sizeof val, "%s %d", s->laddr, s->lport);
+  if (braid__store_set(c->boot->store, key, val, strlen(val)))
+    return braid__fail(c, BRAID_ERR_BOOTSTRAP, "could not publish this rank's tcp address: %s",
+                       braid__store_error(c->boot->store));
+  return BRAID_OK;
+}
+
+/* Peer q's listener from its published "host port" (numeric). */
+static braid_status parse_addr(braid_comm *c, tcp_state *s, int q, const char *val) {
+  tcp_peer *p = &s->peers[q];
+  char host[80], ps[16];
+  int port = 0, used = 0;
+  struct addrinfo hints, *res = NULL;
+  memset(&hints, 0, sizeof hints);
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV;
+  if (sscanf(val, "%79s %d%n", host, &port, &used) != 2 || val[used] || port <= 0 || port > 65535 ||
+      (snprintf(ps, sizeof ps, "%d", port), getaddrinfo(host, ps, &hints, &res)) != 0 || !res ||
+      res->ai_addrlen > sizeof p->sa) {
+    if (res) freeaddrinfo(res);
+    return braid__fail(c, BRAID_ERR_BOOTSTRAP, "rank %d published a malformed tcp address \"%.80s\"",
+                       braid__label(c, q), val);
+  }
+  memcpy(&p->sa, res->ai_addr, res->ai_addrlen);
+  p->salen = (socklen_t)res->ai_addrlen;
+  freeaddrinfo(res);
+  braid__sock_hostport(host, port, p->where, sizeof p->where);
+  p->known = 1;
+  return BRAID_OK;
+}
+
+#define TABLE_KEY "tcp/addrs"
+#define WAIT_BATCH 4096 /* keys per store wait request */
+
+/* Every rank learns every listener at init, so the data plane never needs
+   the store again (it may go away once the ranks have met): all wait for
+   every address (a missing rank is named), rank 0 reads them and publishes
+   one table, the others read the table. */
+braid_status tcp_addresses(braid_comm *c, tcp_state *s) {
+  braid__store *store = c->boot->store;
+  double deadline = braid__deadline(c->boot->init_timeout_s);
+  int n = s->n;
+  char(*names)[24] = malloc(sizeof *names * (size_t)n);
+  const char **keys = malloc(sizeof *keys * (size_t)n);
+  int *present = calloc((size_t)n, sizeof *present);
+  char *table = NULL;
+  braid_status st = BRAID_OK;
+  if (!names || !keys || !present) {
+    st = braid__fail(c, BRAID_ERR_NO_MEMORY, "out of memory for %d ranks' addresses", n);
+    goto done;
+  }
+  for (int q = 0; q < n; q++) {
+    snprintf(names[q], sizeof names[q], ADDR_KEY, q);
+    keys[q] = names[q];
+  }
+  for (int base = 0; base < n && !st; base += WAIT_BATCH) {
+    int m = n - base < WAIT_BATCH ? n - base : WAIT_BATCH;
+    /* Short waits, between them a look for ranks that died while starting. */
+    while ((st = braid__store_wait(store, keys + base, m, fmin(deadline, braid__now() + 0.1), present + base)) ==
+               BRAID_ERR_TIMEOUT &&
+           braid__now() < deadline)
+      if ((st = braid__start_check(c, "the start of a communicator, while the ranks exchanged addresses"))) goto done;
+    if (!st)
+      for (int i = 0; i < m; i++) present[base + i] = 1;
+  }
+  if (st == BRAID_ERR_TIMEOUT) {
+    char missing[200];
+    size_t o = 0;
+    int k = 0;
+    for (int q = 0; q < n && o + 16 < sizeof missing; q++)
+      if (!present[q]) {
+        int w = snprintf(missing + o, sizeof missing - o, "%s%d", k++ ? ", " : "", braid__label(c, q));
+        if (w > 0) o += (size_t)w;
+      }
+    st = braid__fail(c, BRAID_ERR_BOOTSTRAP, "%d rank(s) did not publish a tcp address within %g s: missing rank%s %s",
+                     k, c->boot->init_timeout_s, k == 1 ? "" : "s", missing);
+    goto done;
+  }
+  if (st) goto store_error;
+  size_t len = 0;
+  if (s->me == 0) {
+    size_t cap = (size_t)n * 96;
+    table = malloc(cap);
+    if (!table) {
+      st = braid__fail(c, BRAID_ERR_NO_MEMORY, "out of memory for %d ranks' addresses", n);
+      goto done;
+    }
+    for (int q = 0; q < n && !st; q++) {
+      void *v = NULL;
+      size_t vl = 0;
+      if ((st = braid__store_get(store, keys[q], &v, &vl, deadline))) break;
+      int w = snprintf(table + len, cap - len, "%.*s\n", (int)(vl < 80 ? vl : 80), (const char *)v);
+      free(v);
+      len += w > 0 ? (size_t)w : 0;
+    }
+    if (!st) st = braid__store_set(store, TABLE_KEY, table, len);
+  } else {
+    st = braid__store_get(store, TABLE_KEY, (void **)&table, &len, deadline);
+  }
+  if (st == BRAID_ERR_TIMEOUT) {
+    st = braid__fail(c, BRAID_ERR_BOOTSTRAP, "rank %d did not publish the table of tcp addresses within %g s",
+                     braid__label(c, 0), c->boot->init_timeout_s);
+    goto done;
+  }
+  if (st) goto store_error;
+  /* One "host port" line per rank, in rank order. */
+  size_t at = 0;
+  for (int q = 0; q < n && !st; q++) {
+    char line[96];
+    size_t e = at;
+    while (e < len && table[e] != '\n') e++;
+    if (e == len) {
+      st = braid__fail(c, BRAID_ERR_BOOTSTRAP, "the table of tcp addresses ends at rank %d of %d", q, n);
+      break;
+    }
+    snprintf(line, sizeof line, "%.*s", (int)(e - at), table + at);
+    at = e + 1;
+    if (q != s->me) st = parse_addr(c, s, q, line);
+  }
+  goto done;
+store_error:
+  st = braid__fail(c, BRAID_ERR_BOOTSTRAP, "could not exchange tcp addresses through the store: %s",
+                   braid__store_error(store));
+done:
+  free(names);
+  free(keys);
+  free(present);
+  free(table);
+  return st;
+}
+
+braid_status tcp_out_conn(braid_comm *c, tcp_state *s, int q, int idx, tcp_conn **out) {
+  tcp_peer *p = &s->peers[q];
+  *out = p->out[idx];
+  if (*out) return BRAID_OK;
+  if (!p->known) return braid__fail(c, BRAID_ERR_INTERNAL, "no tcp address for rank %d", braid__label(c, q));
+  int fd = socket(p->sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return braid__fail(c, BRAID_ERR_SYSTEM, "socket() for a connection to rank %d failed: %s", braid__label(c, q),
+                       strerror(errno));
+  set_buffers(s, fd);
+  set_options(s, fd);
+  int r;
+  do {
+    r = connect(fd, (struct sockaddr *)&p->sa, p->salen);
+  } while (r != 0 && errno == EINTR);
+  if (r != 0 && errno != EINPROGRESS) {
+    int e = errno;
+    close(fd);
+    return braid__fail(c, BRAID_ERR_PEER_LOST, "could not connect to rank %d at %s: %s", braid__label(c, q), p->where,
+                       strerror(e));
+  }
+  tcp_conn *k = conn_new(s, fd, 1, q, idx, C_CONNECTING);
+  if (!k) {
+    close(fd);
+    return braid__fail(c, BRAID_ERR_NO_MEMORY, "out of memory for a connection to rank %d", braid__label(c, q));
+  }
+  snprintf(k->where, sizeof k->where, "%s", p->where);
+  k->seq_out = 2; /* HELLO and AUTH are 0 and 1 */
+  p->out[idx] = k;
+  *out = k;
+  if (r == 0) return tcp_connected(c, s, k);
+  return BRAID_OK;
+}
+
+/* ---------------------------------------------------------------- the handshake */
+
+static void put_hs(tcp_conn *k, uint64_t comm, int type, uint64_t seq, const uint8_t *payload, size_t len) {
+  braid__tcp_hdr h = tcp_hdr(comm, type);
+  h.seq = seq;
+  h.len = len;
+  braid__tcp_hdr_encode(&h, k->hs);
+  memcpy(k->hs + BRAID_TCP_HDR, payload, len);
+  k->hs_len = BRAID_TCP_HDR + len;
+  k->hs_done = 0;
+}
+
+braid_status tcp_connected(braid_comm *c, tcp_state *s, tcp_conn *k) {
+  int err = 0;
+  socklen_t el = sizeof err;
+  if (getsockopt(k->fd, SOL_SOCKET, SO_ERROR, &err, &el) != 0) err = errno;
+  /* A refused or reset connect often means the peer failed and left: the
+     lost-socket path looks for the failure it published before blaming it. */
+  if (err) return tcp_conn_lost(c, s, k, err);
+  braid__tcp_hello m = {(uint32_t)s->me, (uint32_t)k->peer, (uint32_t)k->idx, 0, {0}};
+  if (braid__random_bytes(m.nonce, sizeof m.nonce))
+    return braid__fail(c, BRAID_ERR_SYSTEM, "could not draw a handshake nonce");
+  memcpy(k->nonce_c, m.nonce, sizeof m.nonce);
+  uint8_t pl[BRAID_TCP_HELLO_LEN];
+  braid__tcp_hello_encode(&m, pl);
+  put_hs(k, c->id, BRAID_TCP_HELLO, 0, pl, sizeof pl);
+  k->state = C_WAIT_ACK;
+  return tcp_flush(c, s, k);
+}
+
+braid_status tcp_accept(braid_comm *c, tcp_state *s) {
+  for (int i = 0; i < 64; i++) {
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    int fd = accept4(s->lfd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return BRAID_OK;
+      /* Out of descriptors, say: the connection waits in the backlog. */
+      BLOG_WARN(BRAID_SUB_TCP, c->rank, "%s: accept on the tcp listener failed: %s", c->call ? c->call : "braid",
+                strerror(errno));
+      return BRAID_OK;
+    }
+    char where[80];
+    braid__sock_addr_format((struct sockaddr *)&ss, where, sizeof where);
+    if (s->nunauth >= TCP_MAX_UNAUTH) {
+      /* The oldest goes: a peer's handshake takes a round trip, so a crowd
+         of silent strangers cannot keep a real peer out. */
+      tcp_conn *old = NULL;
+      for (tcp_conn *k = s->conns; k; k = k->next)
+        if ((k->state == C_IN_HELLO || k->state == C_IN_AUTH) && (!old || k->auth_deadline < old->auth_deadline))
+          old = k;
+      if (old) tcp_refuse(c, s, old, "too many connections in their handshake at once (the oldest is closed)");
+    }
+    set_options(s, fd);
+    tcp_conn *k = conn_new(s, fd, 0, -1, 0, C_IN_HELLO);
+    if (!k) {
+      close(fd);
+      continue;
+    }
+    snprintf(k->where, sizeof k->where, "%s", where);
+    k->auth_deadline = braid__now() + TCP_AUTH_TIMEOUT_S;
+    s->nunauth++;
+  }
+  return BRAID_OK;
+}
+
+static braid_status hello(braid_comm *c, tcp_state *s, tcp_conn *k) {
+  braid__tcp_hello m;
+  char why[160];
+  if (braid__tcp_hello_decode(k->small, BRAID_TCP_HELLO_LEN, s->n, s->me, &m, why, sizeof why)) {
+    tcp_refuse(c, s, k, why);
+    return BRAID_OK;
+  }
+  tcp_peer *p = &s->peers[m.src];
+  if (p->in[m.index]) {
+    snprintf(why, sizeof why, "rank %u already has socket %u open to this rank", m.src, m.index);
+    tcp_refuse(c, s, k, why);
+    return BRAID_OK;
+  }
+  k->peer = (int)m.src;
+  k->idx = (int)m.index;
+  memcpy(k->nonce_c, m.nonce, sizeof m.nonce);
+  uint8_t pl[BRAID_TCP_ACK_LEN];
+  if (braid__random_bytes(k->nonce_s, sizeof k->nonce_s) ||
+      braid__tcp_mac(s->key, TCP_KEY_LEN, 1, c->id, m.src, m.dst, m.index, k->nonce_c, k->nonce_s,
+                     pl + BRAID_TCP_NONCE))
+    return braid__fail(c, BRAID_ERR_SYSTEM, "could not compute a handshake proof (libcrypto)");
+  memcpy(pl, k->nonce_s, BRAID_TCP_NONCE);
+  put_hs(k, c->id, BRAID_TCP_HELLO_ACK, 0, pl, sizeof pl);
+  k->seq_out = 1;
+  k->state = C_IN_AUTH;
+  return tcp_flush(c, s, k);
+}
+
+static braid_status auth(braid_comm *c, tcp_state *s, tcp_conn *k) {
+  uint8_t want[BRAID_TCP_MAC];
+  if (braid__tcp_mac(s->key, TCP_KEY_LEN, 0, c->id, (uint32_t)k->peer, (uint32_t)s->me, (uint32_t)k->idx, k->nonce_c,
+                     k->nonce_s, want))
+    return braid__fail(c, BRAID_ERR_SYSTEM, "could not compute a handshake proof (libcrypto)");
+  if (!braid__ct_equal(want, k->small, BRAID_TCP_MAC)) {
+    char why[96];
+    snprintf(why, sizeof why, "wrong proof of the job token (claimed to be rank %d)", braid__label(c, k->peer));
+    k->peer = -1;
+    tcp_refuse(c, s, k, why);
+    return BRAID_OK;
+  }
+  tcp_peer *p = &s->peers[k->peer];
+  if (p->in[k->idx]) { /* another socket won the slot meanwhile */
+    k->peer = -1;
+    tcp_refuse(c, s, k, "a second authenticated socket with the same index");
+    return BRAID_OK;
+  }
+  /* Authenticated: data frames may already follow in the buffer. */
+  char *nb = malloc(TCP_RBUF);
+  if (!nb) return braid__fail(c, BRAID_ERR_NO_MEMORY, "out of memory for a read buffer");
+  memcpy(nb, k->rbuf + k->rpos, k->rlen - k->rpos);
+  k->rlen -= k->rpos;
+  k->rpos = 0;
+  free(k->rbuf);
+  k->rbuf = nb;
+  k->rcap = TCP_RBUF;
+  k->state = C_IN_READY;
+  s->nunauth--;
+  p->in[k->idx] = k;
+  p->nin++;
+  BLOG_DEBUG(BRAID_SUB_TCP, c->rank, "rank %d's socket %d from %s authenticated", k->peer, k->idx, k->where);
+  return BRAID_OK;
+}
+
+static braid_status hello_ack(braid_comm *c, tcp_state *s, tcp_conn *k) {
+  uint8_t want[BRAID_TCP_MAC];
+  memcpy(k->nonce_s, k->small, BRAID_TCP_NONCE);
+  if (braid__tcp_mac(s->key, TCP_KEY_LEN, 1, c->id, (uint32_t)s->me, (uint32_t)k->peer, (uint32_t)k->idx, k->nonce_c,
+                     k->nonce_s, want))
+    return braid__fail(c, BRAID_ERR_SYSTEM, "could not compute a handshake proof (libcrypto)");
+  if (!braid__ct_equal(want, k->small + BRAID_TCP_NONCE, BRAID_TCP_MAC))
+    return braid__fail(c, BRAID_ERR_PEER_LOST,
+                       "the process at rank %d's address %s did not prove the job token: another job's process, or a "
+                       "rank started with another BRAID_TOKEN",
+                       braid__label(c, k->peer), k->where);
+  uint8_t mac[BRAID_TCP_MAC];
+  if (braid__tcp_mac(s->key, TCP_KEY_LEN, 0, c->id, (uint32_t)s->me, (uint32_t)k->peer, (uint32_t)k->idx, k->nonce_c,
+                     k->nonce_s, mac))
+    return braid__fail(c, BRAID_ERR_SYSTEM, "could not compute a handshake proof (libcrypto)");
+  put_hs(k, c->id, BRAID_TCP_AUTH, 1, mac, sizeof mac);
+  k->state = C_READY;
+  braid_status st = tcp_flush(c, s, k);
+  if (!st && s->peers[k->peer].nstream) st = tcp_feed(c, s, k->peer);
+  return st;
+}
+
+braid_status tcp_handshake(braid_comm *c, tcp_state *s, tcp_conn *k) {
+  switch (k->h.type) {
+  case BRAID_TCP_HELLO: return hello(c, s, k);
+  case BRAID_TCP_AUTH: return auth(c, s, k);
+  case BRAID_TCP_HELLO_ACK: return hello_ack(c, s, k);
+  default: return braid__fail(c, BRAID_ERR_INTERNAL, "frame type %u is not a handshake frame", k->h.type);
+  }
+}
+
+/* ---------------------------------------------------------------- strangers */
+
+void tcp_refuse(braid_comm *c, tcp_state *s, tcp_conn *k, const char *why) {
+  double now = braid__now();
+  if (now >= s->refuse_next) {
+    if (s->refused)
+      BLOG_WARN(BRAID_SUB_TCP, c->rank, "tcp: refused a connection from %s: %s (and %d more since the last warning)",
+                k->where, why, s->refused);
+    else BLOG_WARN(BRAID_SUB_TCP, c->rank, "tcp: refused a connection from %s: %s", k->where, why);
+    s->refuse_next = now + 10.0;
+    s->refused = 0;
+  } else {
+    s->refused++;
+    BLOG_DEBUG(BRAID_SUB_TCP, c->rank, "tcp: refused a connection from %s: %s", k->where, why);
+  }
+  if (k->fd >= 0) tcp_conn_close(s, k);
+}
+
+void tcp_expire(braid_comm *c, tcp_state *s) {
+  if (!s->nunauth) return;
+  double now = braid__now();
+  for (tcp_conn *k = s->conns; k; k = k->next)
+    if ((k->state == C_IN_HELLO || k->state == C_IN_AUTH) && now >= k->auth_deadline)
+      tcp_refuse(c, s, k, "no complete handshake within 10 s");
+}
+
+/* ---------------------------------------------------------------- closed sockets */
+
+int tcp_peer_gone(const tcp_state *s, int q) {
+  const tcp_peer *p = &s->peers[q];
+  if (!p->bye || p->nin) return 0;
+  /* q says goodbye on every socket it has with this rank, after whatever
+     else it sent there (a FAIL saying why it leaves): until each of them
+     has, something may still come. */
+  for (int i = 0; i < BRAID_TCP_MAX_SOCKS; i++)
+    if (p->out[i] && !p->out[i]->bye) return 0;
+  /* A socket of q's still in its handshake may carry data q counted as
+     sent (it writes once this rank's HELLO_ACK is in). */
+  for (const tcp_conn *k = s->conns; k; k = k->next)
+    if (k->state == C_IN_AUTH && k->peer == q) return 0;
+  return 1;
+}
+
+int tcp_pending_with(braid_comm *c, tcp_state *s, int q) {
+  tcp_peer *p = &s->peers[q];
+  if (p->sends || p->recvs) return 1;
+  if (!c->match.nposted) return 0;
+  for (int i = 0; i < BRAID__MATCH_BUCKETS; i++)
+    for (braid__req *r = c->match.posted[i].head; r; r = r->next)
+      if (r->peer == q) return 1;
+  return 0;
+}
+
+int tcp_sweep(braid_comm *c, tcp_state *s) {
+  if (!s->sweeping) {
+    s->sweeping = 1;
+    for (tcp_conn *k = s->conns; k && !atomic_load(&c->failed); k = k->next)
+      if (tcp_conn_ready(k)) (void)tcp_read(c, s, k);
+    s->sweeping = 0;
+  }
+  if (atomic_load(&c->failed)) return 1;
+  /* The origin also published its failure in the store, where a rank with
+     no socket path to it finds it. */
+  return braid__poll_remote_failure(c, 1);
+}
+
+braid_status tcp_fail_gone(braid_comm *c, tcp_state *s, int q, const char *what) {
+  /* A peer that failed and left said why: that is the error to report. */
+  if (tcp_sweep(c, s)) return (braid_status)atomic_load(&c->failed);
+  char name[112], desc[192];
+  tcp_peer_name(c, s, q, name, sizeof name);
+  if (!what) {
+    braid__describe_pending(c, desc, sizeof desc);
+    what = desc;
+  }
+  return braid__fail(c, BRAID_ERR_PEER_LOST,
+                     "%s destroyed its communicator during %s while this rank waited for it: %s", name,
+                     c->call ? c->call : "braid", what);
+}
+
+braid_status tcp_conn_lost(braid_comm *c, tcp_state *s, tcp_conn *k, int err) {
+  if (k->state == C_IN_HELLO || k->state == C_IN_AUTH) {
+    BLOG_DEBUG(BRAID_SUB_TCP, c->rank, "an unauthenticated connection from %s closed", k->where);
+    tcp_conn_close(s, k);
+    return BRAID_OK;
+  }
+  int q = k->peer;
+  if (k->state == C_CONNECTING || k->state == C_WAIT_ACK) {
+    tcp_conn_close(s, k);
+    if (tcp_sweep(c, s)) return (braid_status)atomic_load(&c->failed);
+    return braid__fail(c, BRAID_ERR_PEER_LOST, "could not connect to rank %d at %s: %s", braid__label(c, q), k->where,
+                       err ? strerror(err) : "the connection closed during the handshake");
+  }
+  if (err && !k->reading) {
+    /* A failed write may come before the last frames the peer sent (its
+       FAIL and BYE): those are read first; reading ends the socket too. */
+    braid_status st = tcp_read(c, s, k);
+    if (k->state == C_CLOSED || st) return st;
+  }
+  int bye = k->bye, out = k->out, queued = k->qhead != NULL;
+  char name[112];
+  tcp_peer_name(c, s, q, name, sizeof name);
+  tcp_conn_close(s, k);
+  if (!bye) {
+    if (tcp_sweep(c, s)) return (braid_status)atomic_load(&c->failed);
+    char desc[192];
+    braid__describe_pending(c, desc, sizeof desc);
+    if (!err)
+      return braid__fail(c, BRAID_ERR_PEER_LOST,
+                         "%s closed its connection without a goodbye during %s (its process died or ended without "
+                         "braid_destroy); this rank was waiting for %s",
+                         name, c->call ? c->call : "braid", desc);
+    return braid__fail(c, BRAID_ERR_PEER_LOST,
+                       "%s: the connection failed during %s (%s: its process died, or the network between the ranks "
+                       "failed); this rank was waiting for %s",
+                       name, c->call ? c->call : "braid", strerror(err), desc);
+  }
+  /* It said goodbye: a failure only for what this rank still exchanges with it. */
+  if ((out && (queued || s->peers[q].sends)) || (tcp_peer_gone(s, q) && tcp_pending_with(c, s, q)))
+    return tcp_fail_gone(c, s, q, NULL);
+  return BRAID_OK;
+}

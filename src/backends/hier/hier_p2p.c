@@ -1,0 +1,139 @@
+/* hier: point-to-point routed to the part that reaches the peer — the
+   node's communicator for a rank of this node, the flat one otherwise. A
+   source always reaches this rank through the same part, so messages of
+   one (source, tag) stay in order; matching and the shape rule are the
+   part's (its messages name hier's ranks). */
+#include <stdio.h>
+#include <string.h>
+
+#include "backends/hier/hier.h"
+
+/* The part that reaches hier rank peer, and the peer's rank there. */
+static braid_comm *route(hier_state *s, int peer, int *sub_rank) {
+  if (s->node_of[peer] == s->node) {
+    *sub_rank = s->local_of[peer];
+    return s->intra;
+  }
+  *sub_rank = peer;
+  return s->flat;
+}
+
+/* A part's sentence becomes this call's (its ranks are already hier's). */
+static braid_status adopt(braid_comm *c, braid_comm *sub, braid_status st) {
+  char text[BRAID_ERRLEN];
+  pthread_mutex_lock(&sub->err_lock);
+  snprintf(text, sizeof text, "%s", sub->last_error);
+  pthread_mutex_unlock(&sub->err_lock);
+  /* "<call>: <sentence> (rank R)" of the part: keep the sentence. */
+  char *colon = strstr(text, ": "), *tail = strrchr(text, '(');
+  if (tail && tail > text && tail[-1] == ' ') tail[-1] = 0;
+  const char *body = colon ? colon + 2 : text;
+  if (braid__status_is_fatal(st) || atomic_load(&sub->failed)) return braid__fail_comm(c, st, "%s", body);
+  return braid__fail(c, st, "%s", body);
+}
+
+static void track(braid_comm *c, hier_req *h, braid_comm *sub, braid__req *inner) {
+  hier_state *s = c->be;
+  h->sub = sub;
+  h->inner = inner;
+  h->next = s->pending;
+  s->pending = h;
+}
+
+/* Completes h from its part's request once that is done. */
+static int settle(braid_comm *c, hier_req *h) {
+  braid__req *in = h->inner;
+  if (!in->done) return 0;
+  braid_status st = in->status;
+  if (st == BRAID_ERR_MISMATCH && h->sub->deferred) {
+    /* The part kept the sentence for its next sync: it is hier's now. */
+    braid__defer(c, BRAID_ERR_MISMATCH, h->sub->deferred_msg);
+    h->sub->deferred = BRAID_OK;
+  }
+  braid__req_release(h->sub, in);
+  h->inner = NULL;
+  braid__req_complete(c, &h->base, st);
+  return 1;
+}
+
+braid_status hier_isend(braid_comm *c, braid__req *r) {
+  hier_state *s = c->be;
+  int sp;
+  braid_comm *sub = route(s, r->peer, &sp);
+  braid__req *in;
+  sub->call = c->call;
+  braid_status st = braid__post_send_as(sub, r->buf, r->h.count, (braid_dtype)r->h.dt, sp, r->h.tag, &r->h.desc, &in);
+  sub->call = NULL;
+  if (st) return adopt(c, sub, st);
+  hier_req *h = (hier_req *)r;
+  track(c, h, sub, in);
+  if (in->done) {
+    s->pending = h->next;
+    settle(c, h);
+  }
+  return BRAID_OK;
+}
+
+braid_status hier_irecv(braid_comm *c, braid__req *r) {
+  hier_state *s = c->be;
+  /* Matching happens in the part; hier's own queue stays empty. */
+  braid__match_cancel(c, r);
+  int sp;
+  braid_comm *sub = route(s, r->peer, &sp);
+  braid__req *in;
+  sub->call = c->call;
+  sub->posting_mismatch[0] = 0;
+  braid_status st = braid__post_recv_as(sub, r->buf, r->h.count, (braid_dtype)r->h.dt, sp, r->h.tag, &r->h.desc,
+                                        r->posting, &in);
+  sub->call = NULL;
+  if (st) return adopt(c, sub, st);
+  hier_req *h = (hier_req *)r;
+  track(c, h, sub, in);
+  if (in->done) {
+    if (in->status == BRAID_ERR_MISMATCH && r->posting)
+      snprintf(c->posting_mismatch, sizeof c->posting_mismatch, "%s", sub->posting_mismatch);
+    s->pending = h->next;
+    settle(c, h);
+  }
+  return BRAID_OK;
+}
+
+braid_status hier_progress(braid_comm *c) {
+  hier_state *s = c->be;
+  braid_comm *parts[2] = {s->intra, s->flat};
+  for (int i = 0; i < 2; i++) {
+    braid_comm *p = parts[i];
+    if (!p || !p->npending) continue;
+    uint64_t moved = p->moved;
+    p->call = c->call;
+    braid_status st = p->ops->progress(p);
+    p->call = NULL;
+    if (p->moved != moved) c->moved++;
+    if (st) return adopt(c, p, st);
+  }
+  for (hier_req **link = &s->pending; *link;) {
+    hier_req *h = *link;
+    if (h->inner->done) {
+      *link = h->next;
+      settle(c, h);
+    } else {
+      link = &h->next;
+    }
+  }
+  return BRAID_OK;
+}
+
+braid_status hier_take(braid_comm *c, braid__req *r, braid__umsg *u) {
+  (void)r, (void)u;
+  return braid__fail_comm(c, BRAID_ERR_INTERNAL, "hier holds no unexpected messages of its own");
+}
+
+void hier_p2p_free(braid_comm *c) {
+  hier_state *s = c->be;
+  /* The parts drop their own requests as they are released. */
+  while (s->pending) {
+    hier_req *h = s->pending;
+    s->pending = h->next;
+    braid__req_drop(c, &h->base);
+  }
+}

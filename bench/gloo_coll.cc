@@ -16,6 +16,11 @@
  *                   f32/f64)
  *   sendrecv        unbound buffers: send to rank+1, receive from rank-1
  *   barrier         gloo::barrier
+ *   reduce          gloo::reduce to -r (out of place)
+ *   gather          gloo::gather to -r (out of place)
+ *   scatter         gloo::scatter from -r (out of place)
+ *   alltoall        gloo::alltoall (out of place)
+ *   alltoallv       gloo::alltoallv with the uneven split of perf_a2av_counts
  * Reductions: sum, prod, min, max on f32, f64 and the integer types.
  */
 #include <dirent.h>
@@ -39,14 +44,19 @@
 
 #include "gloo/allgather.h"
 #include "gloo/allreduce.h"
+#include "gloo/alltoall.h"
+#include "gloo/alltoallv.h"
 #include "gloo/barrier.h"
 #include "gloo/broadcast.h"
 #include "gloo/config.h"
+#include "gloo/gather.h"
 #include "gloo/math.h"
+#include "gloo/reduce.h"
 #include "gloo/reduce_scatter.h"
 #include "gloo/rendezvous/context.h"
 #include "gloo/rendezvous/file_store.h"
 #include "gloo/rendezvous/prefix_store.h"
+#include "gloo/scatter.h"
 #include "gloo/transport/tcp/device.h"
 
 #include "perf_core.h"
@@ -72,6 +82,9 @@ struct Gloo {
   std::unique_ptr<gloo::transport::UnboundBuffer> sb, rb;
   const void *sb_ptr = nullptr, *rb_ptr = nullptr;
   size_t sr_bytes = 0;
+  // The all-to-allv split in bytes per rank, for a2av_key bytes per block.
+  std::vector<int64_t> a2av_send, a2av_recv;
+  size_t a2av_key = static_cast<size_t>(-1);
 };
 
 template <typename T>
@@ -82,6 +95,33 @@ RedFn red_fn(braid_op op) {
     case BRAID_MIN: return static_cast<RedFn>(&gloo::min<T>);
     case BRAID_MAX: return static_cast<RedFn>(&gloo::max<T>);
     default: return nullptr;
+  }
+}
+
+template <typename T>
+void reduce_t(Gloo& g, const void* send, void* recv, size_t count, braid_op op, int root) {
+  gloo::ReduceOptions o(g.ctx);
+  o.setInput(const_cast<T*>(static_cast<const T*>(send)), count);
+  o.setOutput(static_cast<T*>(recv), count);
+  o.setRoot(root);
+  o.setReduceFunction(red_fn<T>(op));
+  o.setTag(15);
+  gloo::reduce(o);
+}
+
+void reduce(Gloo& g, const void* s, void* r, size_t c, braid_dtype dt, braid_op op, int root) {
+  switch (dt) {
+    case BRAID_F32: reduce_t<float>(g, s, r, c, op, root); break;
+    case BRAID_F64: reduce_t<double>(g, s, r, c, op, root); break;
+    case BRAID_I64: reduce_t<int64_t>(g, s, r, c, op, root); break;
+    case BRAID_I32: reduce_t<int32_t>(g, s, r, c, op, root); break;
+    case BRAID_I16: reduce_t<int16_t>(g, s, r, c, op, root); break;
+    case BRAID_I8: reduce_t<int8_t>(g, s, r, c, op, root); break;
+    case BRAID_U64: reduce_t<uint64_t>(g, s, r, c, op, root); break;
+    case BRAID_U32: reduce_t<uint32_t>(g, s, r, c, op, root); break;
+    case BRAID_U16: reduce_t<uint16_t>(g, s, r, c, op, root); break;
+    case BRAID_U8: reduce_t<uint8_t>(g, s, r, c, op, root); break;
+    default: throw std::runtime_error("unsupported dtype");
   }
 }
 
@@ -168,6 +208,25 @@ void sendrecv(Gloo& g, const void* send, void* recv, size_t bytes) {
   g.rb->waitRecv();
 }
 
+void alltoallv(Gloo& g, const void* send, void* recv, size_t count, size_t esz) {
+  if (g.a2av_key != count * esz) {
+    std::vector<size_t> v(4 * static_cast<size_t>(g.n));
+    perf_a2av_counts(g.rank, g.n, count, v.data(), v.data() + g.n, v.data() + 2 * g.n, v.data() + 3 * g.n);
+    g.a2av_send.assign(g.n, 0);
+    g.a2av_recv.assign(g.n, 0);
+    for (int j = 0; j < g.n; j++) {
+      g.a2av_send[j] = static_cast<int64_t>(v[j] * esz);
+      g.a2av_recv[j] = static_cast<int64_t>(v[2 * g.n + j] * esz);
+    }
+    g.a2av_key = count * esz;
+  }
+  gloo::AlltoallvOptions o(g.ctx);
+  o.setInput(const_cast<uint8_t*>(static_cast<const uint8_t*>(send)), g.a2av_send);
+  o.setOutput(static_cast<uint8_t*>(recv), g.a2av_recv);
+  o.setTag(19);
+  gloo::alltoallv(o);
+}
+
 extern "C" unsigned g_placements(void*, perf_op op) {
   switch (op) {
     case PERF_ALLREDUCE: return PERF_OOP | PERF_INPLACE;
@@ -179,8 +238,8 @@ extern "C" unsigned g_placements(void*, perf_op op) {
 
 extern "C" const char* g_unsupported(void*, perf_op op, braid_dtype dt, braid_op rop) {
   static char why[160];
-  if (op != PERF_ALLREDUCE && op != PERF_REDUCE_SCATTER) return nullptr;
-  bool type_ok = op == PERF_ALLREDUCE ? typed_reduction(dt) : (dt == BRAID_F32 || dt == BRAID_F64);
+  if (op != PERF_ALLREDUCE && op != PERF_REDUCE_SCATTER && op != PERF_REDUCE) return nullptr;
+  bool type_ok = op != PERF_REDUCE_SCATTER ? typed_reduction(dt) : (dt == BRAID_F32 || dt == BRAID_F64);
   if (!type_ok) {
     snprintf(why, sizeof why, "gloo_coll has no %s %s", perf_op_name(op), perf_dtype_name(dt));
     return why;
@@ -233,6 +292,39 @@ extern "C" int g_run(void* p, perf_op op, const void* send, void* recv, size_t c
         gloo::barrier(o);
         break;
       }
+      case PERF_REDUCE: reduce(g, send, recv, count, dt, rop, root); break;
+      case PERF_GATHER: {
+        gloo::GatherOptions o(g.ctx);
+        o.setInput(const_cast<uint8_t*>(static_cast<const uint8_t*>(send)), bytes);
+        if (g.rank == root) o.setOutput(static_cast<uint8_t*>(recv), bytes * g.n);
+        o.setRoot(root);
+        o.setTag(16);
+        gloo::gather(o);
+        break;
+      }
+      case PERF_SCATTER: {
+        gloo::ScatterOptions o(g.ctx);
+        std::vector<uint8_t*> in;
+        if (g.rank == root) {
+          for (int q = 0; q < g.n; q++)
+            in.push_back(const_cast<uint8_t*>(static_cast<const uint8_t*>(send)) + static_cast<size_t>(q) * bytes);
+          o.setInputs(in, bytes);
+        }
+        o.setOutput(static_cast<uint8_t*>(recv), bytes);
+        o.setRoot(root);
+        o.setTag(17);
+        gloo::scatter(o);
+        break;
+      }
+      case PERF_ALLTOALL: {
+        gloo::AlltoallOptions o(g.ctx);
+        o.setInput(const_cast<uint8_t*>(static_cast<const uint8_t*>(send)), bytes * g.n);
+        o.setOutput(static_cast<uint8_t*>(recv), bytes * g.n);
+        o.setTag(18);
+        gloo::alltoall(o);
+        break;
+      }
+      case PERF_ALLTOALLV: alltoallv(g, send, recv, count, perf_dtype_size(dt)); break;
       default: return -1;
     }
   } catch (const std::exception& e) {

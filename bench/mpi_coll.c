@@ -12,6 +12,11 @@
  *                   the block lands at the start of the buffer)
  *   sendrecv        MPI_Sendrecv to rank+1 from rank-1 (ring exchange)
  *   barrier         MPI_Barrier
+ *   reduce          MPI_Reduce to -r (out of place, and MPI_IN_PLACE at the root)
+ *   gather          MPI_Gather to -r (out of place, and MPI_IN_PLACE at the root)
+ *   scatter         MPI_Scatter from -r (out of place, and MPI_IN_PLACE at the root)
+ *   alltoall        MPI_Alltoall (out of place, and MPI_IN_PLACE)
+ *   alltoallv       MPI_Alltoallv with the uneven split of perf_a2av_counts
  * Data movement uses MPI_BYTE; reductions need an MPI type and op (no f16,
  * bf16, fp8, bool or avg in MPI: those are refused with exit 2).
  *
@@ -30,7 +35,34 @@ typedef struct mctx {
   MPI_Comm comm;
   int rank, size;
   char err[MPI_MAX_ERROR_STRING + 128];
+  int *a2av;            /* MPI_Alltoallv's byte counts and displacements for a2av_key */
+  size_t a2av_key;      /* count * element size they were made for */
 } mctx;
+
+/* perf_a2av_counts in bytes as MPI's ints, made once per size. */
+static const int *a2av_of(mctx *m, size_t count, size_t esz) {
+  const int n = m->size;
+  if (!m->a2av) {
+    m->a2av = malloc(4 * (size_t)n * sizeof *m->a2av);
+    if (!m->a2av) return NULL;
+    m->a2av_key = (size_t)-1;
+  }
+  if (m->a2av_key != count * esz) {
+    size_t *v = malloc(4 * (size_t)n * sizeof *v);
+    if (!v) return NULL;
+    perf_a2av_counts(m->rank, n, count, v, v + n, v + 2 * n, v + 3 * n);
+    for (int i = 0; i < 4 * n; i++) {
+      if (v[i] * esz > (size_t)INT_MAX) {
+        free(v);
+        return NULL;
+      }
+      m->a2av[i] = (int)(v[i] * esz);
+    }
+    free(v);
+    m->a2av_key = count * esz;
+  }
+  return m->a2av;
+}
 
 static int m_check(mctx *m, int rc, const char *call) {
   if (rc == MPI_SUCCESS) return 0;
@@ -77,7 +109,11 @@ static unsigned m_placements(void *ctx, perf_op op) {
   switch (op) {
   case PERF_ALLREDUCE:
   case PERF_ALLGATHER:
-  case PERF_REDUCE_SCATTER: return PERF_OOP | PERF_INPLACE;
+  case PERF_REDUCE_SCATTER:
+  case PERF_REDUCE:
+  case PERF_GATHER:
+  case PERF_SCATTER:
+  case PERF_ALLTOALL: return PERF_OOP | PERF_INPLACE;
   case PERF_BROADCAST: return PERF_INPLACE;
   default: return PERF_OOP;
   }
@@ -86,7 +122,7 @@ static unsigned m_placements(void *ctx, perf_op op) {
 static const char *m_unsupported(void *ctx, perf_op op, braid_dtype dt, braid_op rop) {
   (void)ctx;
   static char why[160];
-  if (op != PERF_ALLREDUCE && op != PERF_REDUCE_SCATTER) return NULL;
+  if (op != PERF_ALLREDUCE && op != PERF_REDUCE_SCATTER && op != PERF_REDUCE) return NULL;
   if (m_type(dt) == MPI_DATATYPE_NULL) {
     snprintf(why, sizeof why, "MPI has no reduction type for %s", perf_dtype_name(dt));
     return why;
@@ -110,6 +146,7 @@ static int m_run(void *ctx, perf_op op, const void *send, void *recv, size_t cou
   }
   const int c = (int)count, cb = (int)(count * esz);
   const void *in = inplace ? MPI_IN_PLACE : send;
+  const int at_root = inplace && m->rank == root; /* rooted calls: in place at the root only */
   switch (op) {
   case PERF_ALLREDUCE:
     return m_check(m, MPI_Allreduce(in, recv, c, m_type(dt), m_op(rop), m->comm), "MPI_Allreduce");
@@ -130,6 +167,26 @@ static int m_run(void *ctx, perf_op op, const void *send, void *recv, size_t cou
                    "MPI_Sendrecv");
   }
   case PERF_BARRIER: return m_check(m, MPI_Barrier(m->comm), "MPI_Barrier");
+  case PERF_REDUCE:
+    return m_check(m, MPI_Reduce(at_root ? MPI_IN_PLACE : send, recv, c, m_type(dt), m_op(rop), root, m->comm),
+                   "MPI_Reduce");
+  case PERF_GATHER:
+    return m_check(m, MPI_Gather(at_root ? MPI_IN_PLACE : send, cb, MPI_BYTE, recv, cb, MPI_BYTE, root, m->comm),
+                   "MPI_Gather");
+  case PERF_SCATTER:
+    return m_check(m, MPI_Scatter(send, cb, MPI_BYTE, at_root ? MPI_IN_PLACE : recv, cb, MPI_BYTE, root, m->comm),
+                   "MPI_Scatter");
+  case PERF_ALLTOALL:
+    return m_check(m, MPI_Alltoall(in, cb, MPI_BYTE, recv, cb, MPI_BYTE, m->comm), "MPI_Alltoall");
+  case PERF_ALLTOALLV: {
+    const int *v = a2av_of(m, count, esz), n = m->size;
+    if (!v) {
+      snprintf(m->err, sizeof m->err, "alltoallv of %zu bytes per rank: MPI counts are int", count * esz);
+      return -1;
+    }
+    return m_check(m, MPI_Alltoallv(send, v, v + n, MPI_BYTE, recv, v + 2 * n, v + 3 * n, MPI_BYTE, m->comm),
+                   "MPI_Alltoallv");
+  }
   default: return -1;
   }
 }
@@ -167,7 +224,7 @@ static void m_describe(void *ctx, perf_op op, FILE *out) {
 
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
-  mctx m = {MPI_COMM_WORLD, 0, 1, {0}};
+  mctx m = {MPI_COMM_WORLD, 0, 1, {0}, NULL, 0};
   MPI_Comm_rank(m.comm, &m.rank);
   MPI_Comm_size(m.comm, &m.size);
   MPI_Comm_set_errhandler(m.comm, MPI_ERRORS_RETURN);
@@ -208,6 +265,7 @@ int main(int argc, char **argv) {
     rc = perf_run(&a, &L);
   }
   free(av);
+  free(m.a2av);
   MPI_Finalize();
   return rc;
 }

@@ -252,4 +252,64 @@ static inline int braid__dissem_steps(int n) { return braid__log2_ceil(n); }
 static inline int braid__dissem_to(int r, int n, int k) { return braid__mod((long long)r + (1ll << k), n); }
 static inline int braid__dissem_from(int r, int n, int k) { return braid__mod((long long)r - (1ll << k), n); }
 
+/* ------------------------------------------------------------------------ */
+/* Binomial subtrees for rooted gather, scatter and reduce. The subtree of
+   relative rank v is the contiguous range [v, v + braid__binomial_subtree(v,
+   n)): v's lowest set bit wide (the whole world for the root), cut at n.
+   Its children v + 2^k (2^k below that bit) split the rest of the range
+   into the ranges of their own subtrees, so a node can keep its subtree's
+   blocks in one buffer in relative order, child c's at offset c - v. */
+
+static inline int braid__binomial_subtree(int v, int n) {
+  if (v <= 0) return n;
+  long long w = (long long)v & -(long long)v;
+  return (int)(n - v < w ? n - v : w);
+}
+
+/* A relative range [v, v + len) of a rooted pattern as absolute ranks: it
+   starts at rank braid__abs_rank(v, root, n) and runs for the returned
+   number of ranks before it wraps past rank n-1; the rest (len minus that)
+   continues from rank 0. Transfers with the root are cut there, so the root
+   sends and receives straight from and into its rank-ordered buffer. */
+static inline int braid__range_head(int v, int len, int root, int n) {
+  int a = braid__abs_rank(v, root, n);
+  return n - a < len ? n - a : len;
+}
+
+/* ------------------------------------------------------------------------ */
+/* All-to-all. Pairwise exchange: at step s (1..n-1) rank r sends its block
+   for r + s and receives the block of r - s; every step is a permutation,
+   so no rank receives from two peers at once. In place the block sent and
+   the block received at a step must be the same one, so the steps pair the
+   ranks instead: with a power of two, r and r ^ s at step s (1..n-1);
+   otherwise r and s - r at step s (0..n-1), a rank whose partner is itself
+   sitting that step out. Every pair meets exactly once either way. */
+
+static inline int braid__a2a_to(int r, int n, int s) { return braid__mod((long long)r + s, n); }
+static inline int braid__a2a_from(int r, int n, int s) { return braid__mod((long long)r - s, n); }
+
+/* Steps of the in-place pairing: s runs from braid__a2a_pair_first(n) to n-1. */
+static inline int braid__a2a_pair_first(int n) { return braid__is_pow2(n) ? 1 : 0; }
+static inline int braid__a2a_partner(int r, int n, int s) {
+  return braid__is_pow2(n) ? r ^ s : braid__mod((long long)s - r, n);
+}
+
+/* Bruck all-to-all. Rank r first rotates its blocks so slot i holds its
+   block for rank r + i. At step k (0..ceil(log2 n)-1, distance 2^k) it
+   sends every slot whose index has bit k set to r + 2^k and receives the
+   same slots from r - 2^k. A block for r + i moves by exactly i in all, so
+   it ends at its destination in slot i, which then holds the block of rank
+   r - i: block j of the result is slot (r - j) mod n. */
+
+static inline int braid__bruck_a2a_to(int r, int n, int k) { return braid__mod((long long)r + (1ll << k), n); }
+static inline int braid__bruck_a2a_from(int r, int n, int k) { return braid__mod((long long)r - (1ll << k), n); }
+static inline int braid__bruck_a2a_moves(int slot, int k) { return (slot >> k) & 1; }
+/* Slots that move at step k (how many blocks a step sends). */
+static inline int braid__bruck_a2a_nmove(int n, int k) {
+  int c = 0;
+  for (int i = 0; i < n; i++) c += braid__bruck_a2a_moves(i, k);
+  return c;
+}
+static inline int braid__bruck_a2a_slot(int r, int n, int j) { return braid__mod((long long)r - j, n); }
+
 #endif

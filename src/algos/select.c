@@ -13,7 +13,7 @@ static const char *const NAMES[BRAID__ALGO_COUNT] = {
     [BRAID__ALGO_AUTO] = "auto",   [BRAID__ALGO_NATIVE] = "native", [BRAID__ALGO_RING] = "ring",
     [BRAID__ALGO_RHD] = "rhd",     [BRAID__ALGO_RD] = "rd",         [BRAID__ALGO_TREE] = "tree",
     [BRAID__ALGO_KNOMIAL] = "knomial", [BRAID__ALGO_CHAIN] = "chain", [BRAID__ALGO_BRUCK] = "bruck",
-    [BRAID__ALGO_DISSEM] = "dissem",
+    [BRAID__ALGO_DISSEM] = "dissem", [BRAID__ALGO_LINEAR] = "linear", [BRAID__ALGO_PAIRWISE] = "pairwise",
 };
 
 #define BIT(a) (1u << (a))
@@ -25,6 +25,11 @@ static const unsigned GENERIC[BRAID__COLL_NKINDS] = {
     [BRAID__COLL_ALL_GATHER] = BIT(BRAID__ALGO_RING) | BIT(BRAID__ALGO_BRUCK) | BIT(BRAID__ALGO_RD),
     [BRAID__COLL_REDUCE_SCATTER] = BIT(BRAID__ALGO_RING) | BIT(BRAID__ALGO_RHD),
     [BRAID__COLL_BARRIER] = BIT(BRAID__ALGO_DISSEM),
+    [BRAID__COLL_REDUCE] = BIT(BRAID__ALGO_TREE) | BIT(BRAID__ALGO_CHAIN) | BIT(BRAID__ALGO_RING),
+    [BRAID__COLL_GATHER] = BIT(BRAID__ALGO_TREE) | BIT(BRAID__ALGO_LINEAR),
+    [BRAID__COLL_SCATTER] = BIT(BRAID__ALGO_TREE) | BIT(BRAID__ALGO_LINEAR),
+    [BRAID__COLL_ALL_TO_ALL] = BIT(BRAID__ALGO_PAIRWISE) | BIT(BRAID__ALGO_BRUCK),
+    [BRAID__COLL_ALL_TO_ALLV] = BIT(BRAID__ALGO_PAIRWISE),
 };
 
 const char *braid__algo_name(int algo) { return algo >= 0 && algo < BRAID__ALGO_COUNT ? NAMES[algo] : NULL; }
@@ -38,9 +43,10 @@ int braid__algo_supports(int kind, int algo) {
 }
 
 /*
- * The selection table. A call's vector is the buffer of all-reduce and
- * broadcast, the whole n-block vector of all-gather and reduce-scatter; a
- * block is vector / n (what one ring step moves). For each collective the
+ * The selection table. A call's vector is the buffer of all-reduce,
+ * broadcast and reduce, the whole n-block vector of all-gather,
+ * reduce-scatter, gather, scatter and all-to-all; a block is vector / n
+ * (what one ring step, or one pairwise exchange, moves). For each collective the
  * first rule whose every condition holds wins; the last rule of each has
  * none. The thresholds are rules of thumb, not measurements:
  *  - log-step algorithms (rd, bruck, binomial/knomial trees) need
@@ -80,6 +86,16 @@ static const rule TABLE[] = {
     {BRAID__COLL_REDUCE_SCATTER, BRAID__ALGO_RHD, 0, 0, 0, 0, 8 * KIB, "folding costs a whole-vector transfer more"},
     {BRAID__COLL_REDUCE_SCATTER, BRAID__ALGO_RING, 0, 0, 0, 0, 0, "n-1 pipelined steps, bandwidth-optimal"},
     {BRAID__COLL_BARRIER, BRAID__ALGO_DISSEM, 0, 0, 0, 0, 0, "ceil(log2 n) rounds of empty messages"},
+    {BRAID__COLL_REDUCE, BRAID__ALGO_TREE, 0, 0, 0, 16 * KIB, 0, "binomial: ceil(log2 n) rounds of whole vectors"},
+    {BRAID__COLL_REDUCE, BRAID__ALGO_RING, 0, 0, 3, 0, 0, "ring reduce-scatter, then the blocks to the root"},
+    {BRAID__COLL_REDUCE, BRAID__ALGO_CHAIN, 0, 0, 0, 0, 0, "chunks combined along a chain to the root"},
+    {BRAID__COLL_GATHER, BRAID__ALGO_TREE, 0, 0, 8, 16 * KIB, 0, "binomial: ceil(log2 n) rounds instead of n-1 messages"},
+    {BRAID__COLL_GATHER, BRAID__ALGO_LINEAR, 0, 0, 0, 0, 0, "every block straight to the root, moved once"},
+    {BRAID__COLL_SCATTER, BRAID__ALGO_TREE, 0, 0, 8, 16 * KIB, 0, "binomial: ceil(log2 n) rounds instead of n-1 messages"},
+    {BRAID__COLL_SCATTER, BRAID__ALGO_LINEAR, 0, 0, 0, 0, 0, "every block straight from the root, moved once"},
+    {BRAID__COLL_ALL_TO_ALL, BRAID__ALGO_BRUCK, 0, 0, 8, 0, 256, "ceil(log2 n) rounds of packed blocks"},
+    {BRAID__COLL_ALL_TO_ALL, BRAID__ALGO_PAIRWISE, 0, 0, 0, 0, 0, "n-1 exchanges, each block moved once"},
+    {BRAID__COLL_ALL_TO_ALLV, BRAID__ALGO_PAIRWISE, 0, 0, 0, 0, 0, "n-1 exchanges, one sender per rank per step"},
 };
 #define NRULES (sizeof TABLE / sizeof TABLE[0])
 
@@ -102,7 +118,9 @@ static int rule_holds(const rule *t, size_t vec, int n) {
 
 int braid__algo_select(int kind, size_t bytes, int nranks) {
   int n = nranks < 1 ? 1 : nranks;
-  size_t vec = kind == BRAID__COLL_ALL_GATHER || kind == BRAID__COLL_REDUCE_SCATTER ? mul_sat(bytes, (size_t)n) : bytes;
+  int per_block = kind == BRAID__COLL_ALL_GATHER || kind == BRAID__COLL_REDUCE_SCATTER || kind == BRAID__COLL_GATHER ||
+                  kind == BRAID__COLL_SCATTER || kind == BRAID__COLL_ALL_TO_ALL;
+  size_t vec = per_block ? mul_sat(bytes, (size_t)n) : bytes;
   for (size_t i = 0; i < NRULES; i++)
     if (TABLE[i].kind == kind && rule_holds(&TABLE[i], vec, n)) return TABLE[i].algo;
   return -1; /* no generic algorithm: split, user traffic, unknown kinds */

@@ -835,18 +835,30 @@ typedef struct coll_job {
   void *recv[MAXR];
 } coll_job;
 
+/* The counts and displacements (elements) of every rank for the next
+   all-to-allv job. */
+static struct {
+  size_t sc[MAXR][MAXR], sd[MAXR][MAXR], rc[MAXR][MAXR], rd[MAXR][MAXR];
+} V;
+
 static const char *const CALL[] = {"braid_send/recv", "braid_all_reduce", "braid_broadcast", "braid_all_gather",
-                                   "braid_reduce_scatter", "braid_barrier", "braid_split"};
+                                   "braid_reduce_scatter", "braid_barrier", "braid_split", "braid_reduce",
+                                   "braid_gather", "braid_scatter", "braid_all_to_all", "braid_all_to_allv"};
 
 static void coll_rank(int r, void *arg) {
   coll_job *j = arg;
   sim_rank *R = &S.rk[r];
   braid_comm *c = R->c;
-  int32_t darg = j->kind == BRAID__COLL_BROADCAST ? j->root
-                 : (j->kind == BRAID__COLL_ALL_REDUCE || j->kind == BRAID__COLL_REDUCE_SCATTER) ? (int32_t)j->op
-                                                                                                : 0;
+  int32_t darg = 0;
+  switch (j->kind) {
+    case BRAID__COLL_BROADCAST: case BRAID__COLL_GATHER: case BRAID__COLL_SCATTER: darg = j->root; break;
+    case BRAID__COLL_ALL_REDUCE: case BRAID__COLL_REDUCE_SCATTER: darg = braid__desc_op_arg(j->op, 0, 0); break;
+    case BRAID__COLL_REDUCE: darg = braid__desc_reduce_arg(j->root, j->op, 0, 0); break;
+    default: break;
+  }
   c->seq++;
-  c->desc = braid__desc_make((braid__coll_kind)j->kind, j->count, j->dt, darg);
+  c->desc = braid__desc_make((braid__coll_kind)j->kind, j->kind == BRAID__COLL_ALL_TO_ALLV ? 0 : j->count, j->dt,
+                             darg);
   c->call = CALL[j->kind];
   memset(R->sused, 0, sizeof R->sused);
   braid_status st;
@@ -856,6 +868,17 @@ static void coll_rank(int r, void *arg) {
     case BRAID__COLL_ALL_GATHER: st = braid__algo_all_gather(c, j->algo, j->send[r], j->recv[r], j->count, j->dt); break;
     case BRAID__COLL_REDUCE_SCATTER:
       st = braid__algo_reduce_scatter(c, j->algo, j->send[r], j->recv[r], j->count, j->dt, j->op);
+      break;
+    case BRAID__COLL_REDUCE:
+      st = braid__algo_reduce(c, j->algo, j->send[r], j->recv[r], j->count, j->dt, j->op, j->root);
+      break;
+    case BRAID__COLL_GATHER: st = braid__algo_gather(c, j->algo, j->send[r], j->recv[r], j->count, j->dt, j->root); break;
+    case BRAID__COLL_SCATTER:
+      st = braid__algo_scatter(c, j->algo, j->send[r], j->recv[r], j->count, j->dt, j->root);
+      break;
+    case BRAID__COLL_ALL_TO_ALL: st = braid__algo_all_to_all(c, j->algo, j->send[r], j->recv[r], j->count, j->dt); break;
+    case BRAID__COLL_ALL_TO_ALLV:
+      st = braid__algo_all_to_allv(c, j->algo, j->send[r], V.sc[r], V.sd[r], j->recv[r], V.rc[r], V.rd[r], j->dt);
       break;
     default: st = braid__algo_barrier(c, j->algo); break;
   }
@@ -1040,6 +1063,229 @@ static int run_reduce_scatter(int algo, const dtinfo *d, int op, size_t count, i
   return ok;
 }
 
+static int run_reduce(int algo, const dtinfo *d, int op, size_t count, int root, int inplace, uint64_t salt) {
+  const int n = S.n;
+  const size_t bytes = count * d->esz;
+  char what[160];
+  snprintf(what, sizeof what, "reduce %s n=%d root %d %zu x %s %s %s (%s)", algo_label(algo), n, root, count, d->name,
+           OPN[op], inplace ? "in place" : "out of place", S.eager ? "eager" : "rendezvous");
+  coll_job *j = calloc(1, sizeof *j);
+  unsigned char *in = malloc(bytes), *want = malloc(bytes);
+  if (!j || !in || !want) abort();
+  *j = (coll_job){BRAID__COLL_REDUCE, algo, d->dt, (braid_op)op, count, root, {0}, {0}, {0}};
+  for (size_t i = 0; i < count; i++) expect_elem(d, op, n, i, salt, want + i * d->esz);
+  for (int r = 0; r < n; r++) {
+    for (size_t i = 0; i < count; i++) encode(d, gen(d, op, n, r, i, salt), in + i * d->esz);
+    if (r == root && inplace) {
+      j->buf[r] = galloc(bytes);
+      memcpy(j->buf[r], in, bytes);
+      j->send[r] = j->recv[r] = j->buf[r];
+    } else {
+      j->send[r] = ro_alloc(in, bytes); /* only read */
+      if (r == root) {
+        j->recv[r] = galloc(bytes);
+        memset(j->recv[r], 0x3C, bytes);
+      } /* elsewhere recv is NULL: it must not be touched */
+    }
+  }
+  int ok = run_ok(j, what);
+  if (ok) ok = check_bytes(what, root, d, op, j->recv[root], want, count);
+  if (ok && !gintact(j->recv[root])) ok = 0, fprintf(stderr, "  %s: the root wrote outside recv\n", what);
+  for (int r = 0; r < n; r++) {
+    if (r == root && inplace) {
+      gfree(j->buf[r]);
+    } else {
+      ro_free(j->send[r], bytes);
+      if (r == root) gfree(j->recv[r]);
+    }
+  }
+  free(in);
+  free(want);
+  free(j);
+  return ok;
+}
+
+/* Gather (scatter: the other way round): block r of the root's buffer is
+   rank r's; the rank that does not need a buffer passes NULL. */
+static int run_rooted_move(int kind, int algo, size_t count, const dtinfo *d, int root, int inplace, uint64_t salt) {
+  const int n = S.n, gather = kind == BRAID__COLL_GATHER;
+  const size_t bytes = count * d->esz, total = bytes * (size_t)n;
+  char what[160];
+  snprintf(what, sizeof what, "%s %s n=%d root %d %zu x %s %s", gather ? "gather" : "scatter", algo_label(algo), n,
+           root, count, d->name, inplace ? "in place" : "out of place");
+  coll_job *j = calloc(1, sizeof *j);
+  unsigned char *all = malloc(total + 1);
+  if (!j || !all) abort();
+  *j = (coll_job){kind, algo, d->dt, BRAID_SUM, count, root, {0}, {0}, {0}};
+  for (size_t i = 0; i < total; i++) all[i] = (unsigned char)mix(salt, 5, i);
+  for (int r = 0; r < n; r++) {
+    const unsigned char *mine = all + (size_t)r * bytes;
+    if (r == root) {
+      j->buf[r] = galloc(total);
+      if (gather) {
+        memset(j->buf[r], 0x3C, total);
+        j->recv[r] = j->buf[r];
+        if (inplace) memcpy((char *)j->buf[r] + (size_t)r * bytes, mine, bytes);
+        j->send[r] = inplace ? (const void *)((char *)j->buf[r] + (size_t)r * bytes) : ro_alloc(mine, bytes);
+      } else {
+        memcpy(j->buf[r], all, total);
+        j->send[r] = j->buf[r];
+        j->recv[r] = inplace ? (char *)j->buf[r] + (size_t)r * bytes : galloc(bytes);
+        if (!inplace) memset(j->recv[r], 0x3C, bytes);
+      }
+    } else if (gather) {
+      j->send[r] = ro_alloc(mine, bytes);
+    } else {
+      j->recv[r] = galloc(bytes);
+      memset(j->recv[r], 0x3C, bytes);
+    }
+  }
+  int ok = run_ok(j, what);
+  for (int r = 0; r < n && ok; r++) {
+    if (gather && r != root) continue;
+    const void *got = gather ? j->recv[r] : j->recv[r];
+    const void *exp = gather ? all : all + (size_t)r * bytes;
+    ok = !memcmp(got, exp, gather ? total : bytes);
+    if (!ok) fprintf(stderr, "  %s: rank %d got other data\n", what, r);
+    if (ok && r == root && !gintact(j->buf[r])) ok = 0, fprintf(stderr, "  %s: the root wrote outside its buffer\n", what);
+    if (ok && r == root && !gather && memcmp(j->buf[r], all, total))
+      ok = 0, fprintf(stderr, "  %s: the root's send changed\n", what);
+    if (ok && !gather && !(r == root && inplace) && !gintact(j->recv[r]))
+      ok = 0, fprintf(stderr, "  %s: rank %d wrote outside recv\n", what, r);
+  }
+  for (int r = 0; r < n; r++) {
+    if (r == root) {
+      if (gather && !inplace) ro_free(j->send[r], bytes);
+      if (!gather && !inplace) gfree(j->recv[r]);
+      gfree(j->buf[r]);
+    } else if (gather) {
+      ro_free(j->send[r], bytes);
+    } else {
+      gfree(j->recv[r]);
+    }
+  }
+  free(all);
+  free(j);
+  return ok;
+}
+
+/* Byte k of the block rank i sends to rank j. */
+static unsigned char a2a_byte(uint64_t salt, int i, int j, size_t k) { return (unsigned char)mix(salt, (uint64_t)(i * MAXR + j), k); }
+
+static int run_alltoall(int algo, size_t count, const dtinfo *d, int inplace, uint64_t salt) {
+  const int n = S.n;
+  const size_t bytes = count * d->esz, total = bytes * (size_t)n;
+  char what[160];
+  snprintf(what, sizeof what, "all-to-all %s n=%d %zu x %s %s (%s)", algo_label(algo), n, count, d->name,
+           inplace ? "in place" : "out of place", S.eager ? "eager" : "rendezvous");
+  coll_job *j = calloc(1, sizeof *j);
+  unsigned char *tmp = malloc(total + 1);
+  if (!j || !tmp) abort();
+  *j = (coll_job){BRAID__COLL_ALL_TO_ALL, algo, d->dt, BRAID_SUM, count, 0, {0}, {0}, {0}};
+  for (int r = 0; r < n; r++) {
+    for (int q = 0; q < n; q++)
+      for (size_t k = 0; k < bytes; k++) tmp[(size_t)q * bytes + k] = a2a_byte(salt, r, q, k);
+    j->recv[r] = galloc(total);
+    if (inplace) {
+      memcpy(j->recv[r], tmp, total);
+      j->send[r] = j->recv[r];
+    } else {
+      memset(j->recv[r], 0x3C, total);
+      j->send[r] = ro_alloc(tmp, total);
+    }
+  }
+  int ok = run_ok(j, what);
+  for (int r = 0; r < n && ok; r++) {
+    for (int q = 0; q < n && ok; q++)
+      for (size_t k = 0; k < bytes && ok; k++)
+        if (((unsigned char *)j->recv[r])[(size_t)q * bytes + k] != a2a_byte(salt, q, r, k))
+          ok = 0, fprintf(stderr, "  %s: rank %d has a wrong block from %d\n", what, r, q);
+    if (ok && !gintact(j->recv[r])) ok = 0, fprintf(stderr, "  %s: rank %d wrote outside recv\n", what, r);
+  }
+  for (int r = 0; r < n; r++) {
+    if (!inplace) ro_free(j->send[r], total);
+    gfree(j->recv[r]);
+  }
+  free(tmp);
+  free(j);
+  return ok;
+}
+
+/* All-to-allv with counts M[i][j] (rank i to rank j) of pattern pat:
+   0 mixed small counts with zeros, 1 everything to rank 0, 2 only the
+   diagonal, 3 larger uneven counts; symmetric in place. Blocks sit with a
+   gap of one element, the send side in reverse rank order on odd patterns. */
+static size_t a2av_count(int pat, int i, int j, int n, int inplace, uint64_t salt) {
+  if (inplace && i > j) return a2av_count(pat, j, i, n, inplace, salt);
+  uint64_t h = mix(salt, (uint64_t)i, (uint64_t)j);
+  switch (pat) {
+    case 0: return h % 4 == 0 ? 0 : h % 6;
+    case 1: return inplace ? (i == 0 || j == 0 ? (size_t)(3 + i + j) : 0) : j == 0 ? (size_t)(3 + 2 * i) : 0;
+    case 2: return i == j ? (size_t)(1 + i) : 0;
+    default: return (size_t)(h % 700) + (size_t)(i == j) + (size_t)n;
+  }
+}
+
+static int run_alltoallv(int pat, const dtinfo *d, int inplace, uint64_t salt) {
+  const int n = S.n;
+  const size_t esz = d->esz;
+  char what[160];
+  snprintf(what, sizeof what, "all-to-allv pairwise n=%d pattern %d %s %s (%s)", n, pat, d->name,
+           inplace ? "in place" : "out of place", S.eager ? "eager" : "rendezvous");
+  coll_job *j = calloc(1, sizeof *j);
+  if (!j) abort();
+  *j = (coll_job){BRAID__COLL_ALL_TO_ALLV, BRAID__ALGO_PAIRWISE, d->dt, BRAID_SUM, 0, 0, {0}, {0}, {0}};
+  size_t slen[MAXR];
+  for (int r = 0; r < n; r++) {
+    size_t so = 1, ro = 1; /* a gap before every block */
+    for (int q = 0; q < n; q++) {
+      int qs = pat % 2 ? n - 1 - q : q;
+      V.sc[r][qs] = a2av_count(pat, r, qs, n, inplace, salt);
+      V.sd[r][qs] = so;
+      so += V.sc[r][qs] + 1;
+      V.rc[r][q] = a2av_count(pat, q, r, n, inplace, salt);
+      V.rd[r][q] = ro;
+      ro += V.rc[r][q] + 1;
+    }
+    slen[r] = so;
+    unsigned char *sb = malloc(so * esz);
+    if (!sb) abort();
+    memset(sb, 0x77, so * esz);
+    for (int q = 0; q < n; q++)
+      for (size_t k = 0; k < V.sc[r][q] * esz; k++) sb[V.sd[r][q] * esz + k] = a2a_byte(salt, r, q, k);
+    j->recv[r] = galloc(ro * esz);
+    if (inplace) { /* the data for q sits where q's data will land */
+      memset(j->recv[r], 0x3C, ro * esz);
+      for (int q = 0; q < n; q++)
+        for (size_t k = 0; k < V.rc[r][q] * esz; k++)
+          ((unsigned char *)j->recv[r])[V.rd[r][q] * esz + k] = a2a_byte(salt, r, q, k);
+      j->send[r] = j->recv[r];
+    } else {
+      memset(j->recv[r], 0x3C, ro * esz);
+      j->send[r] = ro_alloc(sb, so * esz);
+    }
+    free(sb);
+  }
+  int ok = run_ok(j, what);
+  for (int r = 0; r < n && ok; r++) {
+    const unsigned char *rb = j->recv[r];
+    size_t pos = 0;
+    for (int q = 0; q < n && ok; q++) {
+      for (; pos < V.rd[r][q] * esz && ok; pos++)
+        if (rb[pos] != 0x3C) ok = 0, fprintf(stderr, "  %s: rank %d wrote a gap\n", what, r);
+      for (size_t k = 0; k < V.rc[r][q] * esz && ok; k++, pos++)
+        if (rb[pos] != a2a_byte(salt, q, r, k)) ok = 0, fprintf(stderr, "  %s: rank %d has a wrong block from %d\n", what, r, q);
+    }
+    if (ok && !gintact(j->recv[r])) ok = 0, fprintf(stderr, "  %s: rank %d wrote outside recv\n", what, r);
+  }
+  for (int r = 0; r < n; r++) {
+    if (!inplace) ro_free(j->send[r], slen[r] * esz);
+    gfree(j->recv[r]);
+  }
+  free(j);
+  return ok;
+}
+
 /* ======================================================================== */
 /* Cases                                                                     */
 
@@ -1049,6 +1295,9 @@ static const int AR_ALGOS[] = {BRAID__ALGO_RING, BRAID__ALGO_RHD, BRAID__ALGO_RD
 static const int BC_ALGOS[] = {BRAID__ALGO_TREE, BRAID__ALGO_KNOMIAL, BRAID__ALGO_CHAIN, BRAID__ALGO_AUTO};
 static const int AG_ALGOS[] = {BRAID__ALGO_RING, BRAID__ALGO_BRUCK, BRAID__ALGO_RD, BRAID__ALGO_AUTO};
 static const int RS_ALGOS[] = {BRAID__ALGO_RING, BRAID__ALGO_RHD, BRAID__ALGO_AUTO};
+static const int RD_ALGOS[] = {BRAID__ALGO_TREE, BRAID__ALGO_CHAIN, BRAID__ALGO_RING, BRAID__ALGO_AUTO};
+static const int GS_ALGOS[] = {BRAID__ALGO_TREE, BRAID__ALGO_LINEAR, BRAID__ALGO_AUTO};
+static const int A2A_ALGOS[] = {BRAID__ALGO_PAIRWISE, BRAID__ALGO_BRUCK, BRAID__ALGO_AUTO};
 #define NA(a) (sizeof(a) / sizeof((a)[0]))
 
 /* Large enough for several pipeline chunks per block at 2 and 3 ranks. */
@@ -1131,7 +1380,12 @@ static int sim_eager(void) {
             !run_allreduce(AR_ALGOS[ai], dtinfo_of(BRAID_BF16), BRAID_AVG, count, 4) ||
             !run_reduce_scatter(RS_ALGOS[ai % 2], dtinfo_of(BRAID_I32), BRAID_SUM, count, (int)ci & 1, 5) ||
             !run_allgather(AG_ALGOS[ai], count, dtinfo_of(BRAID_U8), (int)ci & 1, 6) ||
-            !run_broadcast(BC_ALGOS[ai], count, dtinfo_of(BRAID_F64), ns[si] - 1, 7)) {
+            !run_broadcast(BC_ALGOS[ai], count, dtinfo_of(BRAID_F64), ns[si] - 1, 7) ||
+            !run_reduce(RD_ALGOS[ai], dtinfo_of(BRAID_BF16), BRAID_AVG, count, ns[si] / 2, (int)ci & 1, 8) ||
+            !run_rooted_move(BRAID__COLL_GATHER, GS_ALGOS[ai % 2], count, dtinfo_of(BRAID_U8), 1, (int)ci & 1, 9) ||
+            !run_rooted_move(BRAID__COLL_SCATTER, GS_ALGOS[ai % 2], count, dtinfo_of(BRAID_U8), 0, (int)ci & 1, 10) ||
+            !run_alltoall(A2A_ALGOS[ai % 2], count, dtinfo_of(BRAID_F32), (int)ci & 1, 11) ||
+            !run_alltoallv((int)ai, dtinfo_of(BRAID_U8), (int)ci & 1, 12)) {
           world_close();
           return 1;
         }
@@ -1157,7 +1411,12 @@ static int sim_big(void) {
           (ai < 2 && n < 7 && !run_reduce_scatter(RS_ALGOS[ai], dtinfo_of(BRAID_F32), BRAID_SUM, blk, 0, 14)) ||
           (lead && n == 2 && !run_reduce_scatter(RS_ALGOS[ai], dtinfo_of(BRAID_F16), BRAID_AVG, blk, 1, 15)) ||
           (n < 7 && !run_allgather(AG_ALGOS[ai], blk, dtinfo_of(BRAID_F32), (int)ai & 1, 16)) ||
-          !run_broadcast(BC_ALGOS[ai], BIG, dtinfo_of(BRAID_F32), n / 2, 17)) {
+          !run_broadcast(BC_ALGOS[ai], BIG, dtinfo_of(BRAID_F32), n / 2, 17) ||
+          !run_reduce(RD_ALGOS[ai], dtinfo_of(BRAID_F32), BRAID_SUM, BIG, n - 1, (int)ai & 1, 18) ||
+          (ai > 0 && n < 7 && !run_reduce(RD_ALGOS[ai], dtinfo_of(BRAID_BF16), BRAID_AVG, BIG, 0, 1, 19)) ||
+          (ai < 2 && !run_rooted_move(BRAID__COLL_GATHER, GS_ALGOS[ai], blk, dtinfo_of(BRAID_F32), 1, 0, 20)) ||
+          (ai < 2 && !run_rooted_move(BRAID__COLL_SCATTER, GS_ALGOS[ai], blk, dtinfo_of(BRAID_F32), 0, 1, 21)) ||
+          (ai < 2 && n < 7 && !run_alltoall(A2A_ALGOS[ai], blk, dtinfo_of(BRAID_F32), (int)ai & 1, 22))) {
         world_close();
         return 1;
       }
@@ -1236,6 +1495,95 @@ static int sim_reduce_scatter(void) {
                 return 1;
               }
             }
+    world_close();
+  }
+  return 0;
+}
+
+/* Every root, in place and out of place; the full dtype x op matrix at the
+   small counts, a direct, a widened and an integer dtype at the mid count. */
+static int sim_reduce(void) {
+  for (size_t si = 0; si < NSIZES; si++) {
+    int n = SIZES[si];
+    size_t counts[4];
+    int nc = small_counts(n, MID, counts);
+    world_open(n, 0);
+    for (size_t ai = 0; ai < NA(RD_ALGOS); ai++)
+      for (int ci = 0; ci < nc; ci++)
+        for (size_t di = 0; di < NDT; di++)
+          for (int op = 0; op < 8; op++) {
+            if (!valid(&DTS[di], op) || !op_in_scope(op) || !auto_in_scope(RD_ALGOS[ai], &DTS[di], op) ||
+                !mid_in_scope(counts[ci], &DTS[di]))
+              continue;
+            if (counts[ci] == MID && ((op != BRAID_SUM && op != BRAID_AVG && op != BRAID_MAX) ||
+                                      (DTS[di].dt != BRAID_F32 && DTS[di].dt != BRAID_BF16 && DTS[di].dt != BRAID_I32)))
+              continue;
+            for (int root = 0; root < n; root++) {
+              /* every root for a direct and a widened pair, one (rotating) for the rest */
+              int full = (DTS[di].dt == BRAID_F32 && op == BRAID_SUM) || (DTS[di].dt == BRAID_BF16 && op == BRAID_AVG);
+              if (!full && root != (ci * 3 + op + (int)di) % n) continue;
+              int inplace = (int)((root + ci + (int)di) % 2);
+              if (!run_reduce(RD_ALGOS[ai], &DTS[di], op, counts[ci], root, inplace,
+                              (uint64_t)(ci * 37 + op + root))) {
+                world_close();
+                return 1;
+              }
+            }
+          }
+    world_close();
+  }
+  return 0;
+}
+
+static int sim_gather_scatter(void) {
+  static const braid_dtype dts[] = {BRAID_U8, BRAID_F32, BRAID_C64};
+  for (size_t si = 0; si < NSIZES; si++) {
+    int n = SIZES[si];
+    size_t counts[4];
+    int nc = small_counts(n, MID_BLOCK, counts);
+    world_open(n, 0);
+    for (int kind = BRAID__COLL_GATHER; kind <= BRAID__COLL_SCATTER; kind++)
+      for (size_t ai = 0; ai < NA(GS_ALGOS); ai++)
+        for (int ci = 0; ci < nc; ci++)
+          for (int root = 0; root < n; root++)
+            for (int inplace = 0; inplace < 2; inplace++)
+              for (size_t di = 0; di < NA(dts); di++) {
+                if (GS_ALGOS[ai] == BRAID__ALGO_AUTO && di != 1) continue;
+                if (!run_rooted_move(kind, GS_ALGOS[ai], counts[ci], dtinfo_of(dts[di]), root, inplace,
+                                     (uint64_t)(root * 7 + ci))) {
+                  world_close();
+                  return 1;
+                }
+              }
+    world_close();
+  }
+  return 0;
+}
+
+static int sim_alltoall(void) {
+  static const braid_dtype dts[] = {BRAID_U8, BRAID_BF16, BRAID_F32, BRAID_C64};
+  for (size_t si = 0; si < NSIZES; si++) {
+    int n = SIZES[si];
+    size_t counts[4];
+    int nc = small_counts(n, MID_BLOCK, counts);
+    world_open(n, 0);
+    for (size_t ai = 0; ai < NA(A2A_ALGOS); ai++)
+      for (int ci = 0; ci < nc; ci++)
+        for (int inplace = 0; inplace < 2; inplace++)
+          for (size_t di = 0; di < NA(dts); di++) {
+            if (A2A_ALGOS[ai] == BRAID__ALGO_AUTO && di != 2) continue;
+            if (!run_alltoall(A2A_ALGOS[ai], counts[ci], dtinfo_of(dts[di]), inplace, (uint64_t)(ci * 3 + di))) {
+              world_close();
+              return 1;
+            }
+          }
+    for (int pat = 0; pat < 4; pat++)
+      for (int inplace = 0; inplace < 2; inplace++)
+        for (int di = 0; di < 2; di++)
+          if (!run_alltoallv(pat, dtinfo_of(di ? BRAID_F32 : BRAID_U8), inplace, (uint64_t)(pat * 5 + di))) {
+            world_close();
+            return 1;
+          }
     world_close();
   }
   return 0;
@@ -1402,12 +1750,17 @@ static int sim_failures(void) {
   for (size_t si = 0; si < NA(ns); si++) {
     int n = ns[si];
     world_open(n, si & 1);
-    for (int kind = BRAID__COLL_ALL_REDUCE; kind <= BRAID__COLL_BARRIER; kind++)
+    for (int kind = BRAID__COLL_ALL_REDUCE; kind < BRAID__COLL_NKINDS; kind++)
       for (int algo = BRAID__ALGO_RING; algo < BRAID__ALGO_COUNT; algo++) {
-        if (!braid__algo_supports(kind, algo)) continue;
-        const dtinfo *d = dtinfo_of(kind == BRAID__COLL_ALL_REDUCE ? BRAID_BF16 : BRAID_F32);
+        if (kind == BRAID__COLL_SPLIT || !braid__algo_supports(kind, algo)) continue;
+        const dtinfo *d = dtinfo_of(kind == BRAID__COLL_ALL_REDUCE || kind == BRAID__COLL_REDUCE ? BRAID_BF16 : BRAID_F32);
         size_t count = kind == BRAID__COLL_BARRIER ? 0 : 3001;
         coll_job j = {kind, algo, d->dt, BRAID_SUM, count, n - 1, {0}, {0}, {0}};
+        for (int r = 0; r < n; r++)
+          for (int q = 0; q < n; q++) { /* all-to-allv: uneven, with an empty pair */
+            V.sc[r][q] = V.rc[q][r] = (r + q) % 3 ? count / (size_t)(1 + (r + q) % 3) : 0;
+            V.sd[r][q] = V.rd[r][q] = (size_t)q * count;
+          }
         for (int r = 0; r < n; r++) {
           j.buf[r] = galloc(count * (size_t)n * d->esz + 1);
           memset(j.buf[r], 0, count * (size_t)n * d->esz);
@@ -1444,9 +1797,13 @@ static int sim_refuse(void) {
   } bad[] = {{BRAID__COLL_ALL_REDUCE, BRAID__ALGO_TREE},  {BRAID__COLL_ALL_REDUCE, BRAID__ALGO_NATIVE},
              {BRAID__COLL_BROADCAST, BRAID__ALGO_RING},   {BRAID__COLL_ALL_GATHER, BRAID__ALGO_RHD},
              {BRAID__COLL_REDUCE_SCATTER, BRAID__ALGO_RD}, {BRAID__COLL_BARRIER, BRAID__ALGO_CHAIN},
-             {BRAID__COLL_ALL_REDUCE, 99}};
+             {BRAID__COLL_ALL_REDUCE, 99},                {BRAID__COLL_REDUCE, BRAID__ALGO_RHD},
+             {BRAID__COLL_GATHER, BRAID__ALGO_RING},       {BRAID__COLL_SCATTER, BRAID__ALGO_CHAIN},
+             {BRAID__COLL_ALL_TO_ALL, BRAID__ALGO_RING},   {BRAID__COLL_ALL_TO_ALLV, BRAID__ALGO_BRUCK},
+             {BRAID__COLL_REDUCE, BRAID__ALGO_NATIVE}};
   for (size_t i = 0; i < NA(bad); i++) {
     float a[4] = {0}, b[8] = {0};
+    size_t cnt[2] = {2, 2}, dsp[2] = {0, 2};
     coll_job j = {bad[i].kind, bad[i].algo, BRAID_F32, BRAID_SUM, 4, 0, {a, a}, {a, a}, {b, b}};
     uint64_t sent = S.messages;
     int before = nproblems;
@@ -1459,6 +1816,11 @@ static int sim_refuse(void) {
       case BRAID__COLL_BROADCAST: st = braid__algo_broadcast(c, j.algo, a, 4, BRAID_F32, 0); break;
       case BRAID__COLL_ALL_GATHER: st = braid__algo_all_gather(c, j.algo, a, b, 4, BRAID_F32); break;
       case BRAID__COLL_REDUCE_SCATTER: st = braid__algo_reduce_scatter(c, j.algo, b, a, 4, BRAID_F32, BRAID_SUM); break;
+      case BRAID__COLL_REDUCE: st = braid__algo_reduce(c, j.algo, a, b, 4, BRAID_F32, BRAID_SUM, 0); break;
+      case BRAID__COLL_GATHER: st = braid__algo_gather(c, j.algo, a, b, 4, BRAID_F32, 0); break;
+      case BRAID__COLL_SCATTER: st = braid__algo_scatter(c, j.algo, b, a, 4, BRAID_F32, 0); break;
+      case BRAID__COLL_ALL_TO_ALL: st = braid__algo_all_to_all(c, j.algo, a, b, 2, BRAID_F32); break;
+      case BRAID__COLL_ALL_TO_ALLV: st = braid__algo_all_to_allv(c, j.algo, a, cnt, dsp, b, cnt, dsp, BRAID_F32); break;
       default: st = braid__algo_barrier(c, j.algo); break;
     }
     CHECK(st == BRAID_ERR_INTERNAL && S.messages == sent && nproblems == before, "kind %d algo %d: %s", j.kind,
@@ -1486,7 +1848,9 @@ static int sim_select(void) {
   static const char *const support[BRAID__COLL_NKINDS] = {
       [BRAID__COLL_ALL_REDUCE] = "ring rhd rd", [BRAID__COLL_BROADCAST] = "tree knomial chain",
       [BRAID__COLL_ALL_GATHER] = "ring rd bruck", [BRAID__COLL_REDUCE_SCATTER] = "ring rhd",
-      [BRAID__COLL_BARRIER] = "dissem"};
+      [BRAID__COLL_BARRIER] = "dissem", [BRAID__COLL_REDUCE] = "tree chain ring",
+      [BRAID__COLL_GATHER] = "tree linear", [BRAID__COLL_SCATTER] = "tree linear",
+      [BRAID__COLL_ALL_TO_ALL] = "pairwise bruck", [BRAID__COLL_ALL_TO_ALLV] = "pairwise"};
   for (int k = -1; k <= BRAID__COLL_NKINDS; k++)
     for (int a = -1; a <= BRAID__ALGO_COUNT; a++) {
       int want = 0;
@@ -1502,8 +1866,8 @@ static int sim_select(void) {
       CHECK(braid__algo_supports(k, a) == want, "supports(%d, %d) should be %d", k, a, want);
     }
   /* the table picks a supported generic algorithm everywhere */
-  for (int k = BRAID__COLL_ALL_REDUCE; k <= BRAID__COLL_BARRIER; k++)
-    for (int n = 1; n <= 1024; n = n < 20 ? n + 1 : n * 2)
+  for (int k = BRAID__COLL_ALL_REDUCE; k < BRAID__COLL_NKINDS; k++)
+    for (int n = 1; n <= 1024 && k != BRAID__COLL_SPLIT; n = n < 20 ? n + 1 : n * 2)
       for (size_t bytes = 0; bytes < ((size_t)1 << 34); bytes = bytes ? bytes * 2 : 1) {
         int a = braid__algo_select(k, bytes, n);
         CHECK(a > BRAID__ALGO_NATIVE && braid__algo_supports(k, a), "select(%d, %zu, %d) = %d", k, bytes, n, a);
@@ -1524,6 +1888,12 @@ static int sim_select(void) {
   CHECK(braid__algo_select(BRAID__COLL_REDUCE_SCATTER, 1024, 8) == BRAID__ALGO_RHD, "small reduce-scatter: rhd");
   CHECK(braid__algo_select(BRAID__COLL_REDUCE_SCATTER, 1 << 20, 8) == BRAID__ALGO_RING, "large reduce-scatter");
   CHECK(braid__algo_select(BRAID__COLL_BARRIER, 0, 5) == BRAID__ALGO_DISSEM, "barrier");
+  CHECK(braid__algo_select(BRAID__COLL_REDUCE, 1024, 4) == BRAID__ALGO_TREE, "small reduce: tree");
+  CHECK(braid__algo_select(BRAID__COLL_GATHER, 1 << 20, 4) == BRAID__ALGO_LINEAR, "large gather: linear");
+  CHECK(braid__algo_select(BRAID__COLL_SCATTER, 1 << 20, 4) == BRAID__ALGO_LINEAR, "large scatter: linear");
+  CHECK(braid__algo_select(BRAID__COLL_ALL_TO_ALL, 1 << 20, 16) == BRAID__ALGO_PAIRWISE, "large all-to-all: pairwise");
+  CHECK(braid__algo_select(BRAID__COLL_ALL_TO_ALL, 16, 16) == BRAID__ALGO_BRUCK, "small blocks, many ranks: bruck");
+  CHECK(braid__algo_select(BRAID__COLL_ALL_TO_ALLV, 0, 7) == BRAID__ALGO_PAIRWISE, "all-to-allv: pairwise");
 
   /* BRAID_ALGO */
   uint8_t out[BRAID__COLL_NKINDS];
@@ -1553,7 +1923,8 @@ static int sim_select(void) {
       {"allreduce=tree", {"allreduce=tree", "tree is not an algorithm of allreduce", "auto, native, ring, rhd, rd"}},
       {"allreduce=fast", {"allreduce=fast", "unknown algorithm \"fast\"", "auto, native, ring, rhd, rd"}},
       {"broadcast=ring", {"broadcast=ring", "tree, knomial, chain", NULL}},
-      {"alltoall=ring", {"alltoall=ring", "unknown collective \"alltoall\"", "allreduce, broadcast"}},
+      {"alltoall=ring", {"alltoall=ring", "ring is not an algorithm of alltoall", "auto, native, bruck, pairwise"}},
+      {"alltoallw=ring", {"alltoallw=ring", "unknown collective \"alltoallw\"", "allreduce, broadcast"}},
       {"allreduce=", {"unknown algorithm \"\"", NULL, NULL}},
       {"allreduce=ring,=ring", {"\"=ring\"", "unknown collective \"\"", NULL}},
       {"split=native", {"split=native", "no algorithms to choose", "allreduce, broadcast"}},
@@ -1573,7 +1944,8 @@ static int sim_select(void) {
   nlines = 0;
   braid__algo_describe(collect, NULL);
   CHECK(nlines >= 5, "%d lines", nlines);
-  for (int k = BRAID__COLL_ALL_REDUCE; k <= BRAID__COLL_BARRIER; k++) {
+  for (int k = BRAID__COLL_ALL_REDUCE; k < BRAID__COLL_NKINDS; k++) {
+    if (k == BRAID__COLL_SPLIT) continue;
     int found = 0;
     for (int l = 0; l < nlines; l++) found |= !strncmp(lines[l], braid__coll_short_name(k), strlen(braid__coll_short_name(k)));
     CHECK(found, "no line for %s", braid__coll_short_name(k));
@@ -1593,7 +1965,7 @@ typedef struct sim_case {
 static const sim_case CASES[] = {
     CASE(sim_select),   CASE(sim_refuse),        CASE(sim_allreduce), CASE(sim_identity), CASE(sim_rounded_once),
     CASE(sim_broadcast), CASE(sim_allgather),    CASE(sim_reduce_scatter), CASE(sim_barrier), CASE(sim_eager),
-    CASE(sim_big),      CASE(sim_failures),
+    CASE(sim_reduce),   CASE(sim_gather_scatter), CASE(sim_alltoall), CASE(sim_big),      CASE(sim_failures),
 };
 
 int main(int argc, char **argv) {

@@ -1,9 +1,10 @@
 /* The generic collective algorithms (src/algos) on every backend's
    point-to-point path: BRAID_ALGO forces each algorithm in turn, and the
    conformance matrix (dtypes x ops x counts {0, 1, 7, 1000003} x world sizes
-   1-9 x in place / out of place, and again on split children) must give the
-   exact results, untouched guards and send buffers, and bitwise-identical
-   results on every rank. */
+   1-9 x roots x in place / out of place, all-to-allv count patterns and
+   scaled sums, and again on split children) must give the exact results,
+   untouched guards and send buffers, and bitwise-identical results on every
+   rank. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +16,9 @@
 
 
 static const int kinds[] = {BRAID__COLL_ALL_REDUCE, BRAID__COLL_BROADCAST, BRAID__COLL_ALL_GATHER,
-                            BRAID__COLL_REDUCE_SCATTER, BRAID__COLL_BARRIER};
+                            BRAID__COLL_REDUCE_SCATTER, BRAID__COLL_BARRIER,  BRAID__COLL_REDUCE,
+                            BRAID__COLL_GATHER,     BRAID__COLL_SCATTER,   BRAID__COLL_ALL_TO_ALL,
+                            BRAID__COLL_ALL_TO_ALLV};
 
 /* The generic algorithms of kind, in code order. */
 static int algos_of(int kind, int *out) {
@@ -50,6 +53,7 @@ typedef struct conf {
 static int body(braid_comm *c, int rank, int n, void *arg) {
   const conf *k = arg;
   if (bt_coll_matrix_body(c, rank, n, (void *)&k->m)) return 1;
+  if (bt_coll_matrix_more(c, rank, n, (void *)&k->m)) return 1;
   BT_CHECK_OK(braid_barrier(c), c);
   if (!k->split) return 0;
   braid_comm *child = NULL;
@@ -59,6 +63,7 @@ static int body(braid_comm *c, int rank, int n, void *arg) {
   int cn = braid_world_size(child), cr = braid_rank(child);
   BT_CHECK(cn == (n + 1 - rank % 2) / 2, "child size %d", cn);
   if (bt_coll_matrix_body(child, cr, cn, (void *)&k->m)) return 1;
+  if (bt_coll_matrix_more(child, cr, cn, (void *)&k->m)) return 1;
   BT_CHECK_OK(braid_barrier(child), child);
   BT_CHECK_OK(braid_destroy(child), NULL);
   return 0;

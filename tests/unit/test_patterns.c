@@ -373,10 +373,122 @@ static int test_dissemination(void) {
   return 0;
 }
 
+/* Binomial subtrees as contiguous relative ranges: gather collects each
+   subtree's blocks at its top, scatter hands them down, reduce combines
+   them; every rank's block must travel up exactly once and land at its
+   offset, and the root's transfers cut at the wrap must cover each range. */
+static int test_subtrees(void) {
+  for (int n = 1; n <= MAXN; n++) {
+    BT_CHECK(braid__binomial_subtree(0, n) == n, "n=%d: the root's subtree is everything", n);
+    for (int v = 0; v < n; v++) {
+      int sz = braid__binomial_subtree(v, n);
+      BT_CHECK(sz >= 1 && v + sz <= n && sz == subtree_size(v, n, 2), "n=%d: subtree of %d is %d", n, v, sz);
+      /* the children's ranges tile [v + 1, v + sz) in order of their offsets */
+      int kids[256], nk = braid__binomial_children(v, n, kids, 256);
+      set64 cover = bit(v);
+      for (int i = 0; i < nk; i++) {
+        int c = kids[i], cs = braid__binomial_subtree(c, n);
+        BT_CHECK(c > v && c + cs <= v + sz, "n=%d: child %d of %d leaves its range", n, c, v);
+        for (int u = c; u < c + cs; u++) {
+          BT_CHECK(!(cover & bit(u)), "n=%d: rank %d in two children's ranges of %d", n, u, v);
+          cover |= bit(u);
+        }
+      }
+      set64 want = 0;
+      for (int u = v; u < v + sz; u++) want |= bit(u);
+      BT_CHECK(cover == want, "n=%d: children of %d do not tile its range", n, v);
+    }
+    /* gather up the tree: every block reaches the root once */
+    static set64 held[MAXN];
+    for (int v = 0; v < n; v++) held[v] = bit(v);
+    for (int v = n - 1; v > 0; v--) { /* children have larger numbers than their parents */
+      int par = braid__binomial_parent(v);
+      BT_CHECK(!(held[par] & held[v]), "n=%d: blocks of %d reach %d twice", n, v, par);
+      held[par] |= held[v];
+    }
+    BT_CHECK(held[0] == all_of(n), "n=%d: the root gathers %llx", n, (unsigned long long)held[0]);
+    /* the root's cut at the wrap */
+    for (int root = 0; root < n; root++)
+      for (int v = 1; v < n; v++) {
+        int len = braid__binomial_subtree(v, n), head = braid__range_head(v, len, root, n);
+        int a = braid__abs_rank(v, root, n);
+        BT_CHECK(head >= 1 && head <= len && a + head <= n, "n=%d root %d: head of %d", n, root, v);
+        if (head < len) BT_CHECK(a + head == n && braid__abs_rank(v + head, root, n) == 0, "the rest starts at 0");
+      }
+  }
+  return 0;
+}
+
+/* Pairwise all-to-all: each ordered pair exchanges exactly once, each step
+   is a permutation (nobody receives twice in a step), and the in-place
+   pairing is symmetric. */
+static int test_alltoall_pairwise(void) {
+  static int got[MAXN][MAXN];
+  for (int n = 1; n <= MAXN; n++) {
+    memset(got, 0, sizeof got);
+    for (int s = 1; s < n; s++) {
+      int hit[MAXN] = {0};
+      for (int r = 0; r < n; r++) {
+        int to = braid__a2a_to(r, n, s);
+        BT_CHECK(to != r && braid__a2a_from(to, n, s) == r, "n=%d step %d: %d -> %d unmatched", n, s, r, to);
+        BT_CHECK(!hit[to]++, "n=%d step %d: %d receives twice", n, s, to);
+        got[to][r]++;
+      }
+    }
+    for (int r = 0; r < n; r++)
+      for (int q = 0; q < n; q++)
+        BT_CHECK(got[r][q] == (r != q), "n=%d: %d got %d blocks from %d", n, r, got[r][q], q);
+    memset(got, 0, sizeof got);
+    for (int s = braid__a2a_pair_first(n); s < n; s++)
+      for (int r = 0; r < n; r++) {
+        int p = braid__a2a_partner(r, n, s);
+        BT_CHECK(p >= 0 && p < n && braid__a2a_partner(p, n, s) == r, "n=%d step %d: pairing of %d", n, s, r);
+        if (p != r) got[r][p]++;
+      }
+    for (int r = 0; r < n; r++)
+      for (int q = 0; q < n; q++)
+        BT_CHECK(got[r][q] == (r != q), "n=%d: in place, %d met %d %d times", n, r, q, got[r][q]);
+  }
+  return 0;
+}
+
+/* Bruck all-to-all: blocks tracked as (source, destination) through the
+   steps end where the final slot rule says. */
+static int test_bruck_alltoall(void) {
+  static int src[MAXN][MAXN], dst[MAXN][MAXN], nsrc[MAXN][MAXN], ndst[MAXN][MAXN];
+  for (int n = 1; n <= MAXN; n++) {
+    for (int r = 0; r < n; r++)
+      for (int i = 0; i < n; i++) src[r][i] = r, dst[r][i] = braid__mod((long long)r + i, n);
+    for (int k = 0; k < braid__log2_ceil(n); k++) {
+      memcpy(nsrc, src, sizeof src);
+      memcpy(ndst, dst, sizeof dst);
+      int moved = 0;
+      for (int i = 0; i < n; i++) moved += braid__bruck_a2a_moves(i, k);
+      BT_CHECK(moved == braid__bruck_a2a_nmove(n, k) && moved >= 1, "n=%d step %d: %d move", n, k, moved);
+      for (int r = 0; r < n; r++) {
+        int from = braid__bruck_a2a_from(r, n, k);
+        BT_CHECK(braid__bruck_a2a_to(from, n, k) == r, "n=%d step %d: pairing of %d", n, k, r);
+        for (int i = 0; i < n; i++)
+          if (braid__bruck_a2a_moves(i, k)) nsrc[r][i] = src[from][i], ndst[r][i] = dst[from][i];
+      }
+      memcpy(src, nsrc, sizeof src);
+      memcpy(dst, ndst, sizeof dst);
+    }
+    for (int r = 0; r < n; r++)
+      for (int j = 0; j < n; j++) {
+        int i = braid__bruck_a2a_slot(r, n, j);
+        BT_CHECK(dst[r][i] == r && src[r][i] == j, "n=%d: rank %d slot %d holds %d->%d, wanted %d->%d", n, r, i,
+                 src[r][i], dst[r][i], j, r);
+      }
+  }
+  return 0;
+}
+
 static const bt_case cases[] = {
     BT_CASE(test_helpers), BT_CASE(test_partition), BT_CASE(test_ring),  BT_CASE(test_fold),
     BT_CASE(test_halving_doubling), BT_CASE(test_trees), BT_CASE(test_chain), BT_CASE(test_bruck),
-    BT_CASE(test_dissemination),
+    BT_CASE(test_dissemination), BT_CASE(test_subtrees), BT_CASE(test_alltoall_pairwise),
+    BT_CASE(test_bruck_alltoall),
 };
 
 int main(int argc, char **argv) { return bt_main(argc, argv, cases, BT_COUNT(cases)); }

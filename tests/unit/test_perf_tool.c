@@ -100,7 +100,14 @@ static const opspec OPS[] = {
     {"allreduce", 1, 0, 1, "true", 0.0},      {"broadcast", 0, 0, 1, "true", 1.0},
     {"allgather", 0, 1, 2, "false", 0.0},     {"reduce_scatter", 1, 1, 2, "false", 0.0},
     {"sendrecv", 0, 0, 1, "false", 1.0},      {"barrier", 0, 0, 1, "false", 1.0},
+    {"reduce", 1, 0, 2, "false", 1.0},        {"gather", 0, 1, 2, "false", 0.0},
+    {"scatter", 0, 1, 2, "false", 0.0},       {"alltoall", 0, 1, 2, "false", 0.0},
+    {"alltoallv", 0, 1, 1, "false", 0.0},
 };
+
+static int rooted(const char *op) {
+  return !strcmp(op, "broadcast") || !strcmp(op, "reduce") || !strcmp(op, "gather") || !strcmp(op, "scatter");
+}
 
 /* Checks every JSON line of one run of op with dtype dt (element size esz)
    and redop rop over -b 8 -e 4K -f 4. */
@@ -141,7 +148,7 @@ static int check_json_run(const opspec *op, const char *dt, size_t esz, const ch
     BT_CHECK(!strcmp(v, strcmp(op->name, "barrier") ? dt : "none"), "dtype: %s", obj);
     jfield(obj, "redop", v, sizeof v);
     BT_CHECK(!strcmp(v, op->reduces ? rop : "none"), "redop: %s", obj);
-    BT_CHECK(jnum(obj, "root") == (strcmp(op->name, "broadcast") ? -1 : 0), "root: %s", obj);
+    BT_CHECK(jnum(obj, "root") == (rooted(op->name) ? 0 : -1), "root: %s", obj);
     BT_CHECK(jnum(obj, "size") == (double)want_sizes[row], "size (want %zu): %s", want_sizes[row], obj);
     double count = jnum(obj, "count");
     BT_CHECK(count == (strcmp(op->name, "barrier") ? (double)(want_sizes[row] / esz) : 0), "count: %s", obj);
@@ -275,7 +282,8 @@ static int test_usage_errors(void) {
     const char *args, *needle;
   } cases[] = {
       {"", "OP: missing"},
-      {"alltoall", "invalid value 'alltoall' for OP"},
+      {"alltoallw", "invalid value 'alltoallw' for OP"},
+      {"reduce -o premulsum -d bool", "premulsum is not defined on bool"},
       {"allreduce -b abc", "invalid value 'abc' for -b"},
       {"allreduce -b 8 -e 1Q", "invalid value '1Q' for -e"},
       {"allreduce -b 1M -e 1K", "larger than -e"},
@@ -388,7 +396,9 @@ static int test_core_tables(void) {
              perf_dtype_name(dt), braid_dtype_name(dt));
     braid_dtype back = BRAID_F64;
     BT_CHECK(dtype_parse(braid_dtype_name(dt), &back) == 0 && back == dt, "-d %s not parsed", braid_dtype_name(dt));
-    for (int op = 0; op < NREDOP; op++) {
+    /* premulsum (the last) is not a braid_op code: braid_op_premul_sum makes it for every dtype but bool */
+    BT_CHECK(!perf_redop_invalid(dt, PERF_PREMULSUM) == (dt != BRAID_BOOL), "%s premulsum", braid_dtype_name(dt));
+    for (int op = 0; op < NREDOP - 1; op++) {
       int braid_ok = braid__check_dtype_op(dt, (braid_op)op) == BRAID_OK;
       const char *why = perf_redop_invalid(dt, (braid_op)op);
       BT_CHECK(braid_ok == (why == NULL), "%s %s: braid %s it, braid-perf says %s", braid_dtype_name(dt),
@@ -396,9 +406,11 @@ static int test_core_tables(void) {
     }
   }
   BT_CHECK(nbraid == (int)NDT, "braid has %d dtypes, braid-perf knows %d", nbraid, (int)NDT);
-  for (int op = 0; op < NREDOP; op++)
+  for (int op = 0; op < NREDOP - 1; op++)
     BT_CHECK(!strcmp(perf_redop_name((braid_op)op), braid_op_name((braid_op)op)), "op %d name", op);
-  BT_CHECK(braid_op_name((braid_op)NREDOP) == NULL, "braid has more reduction ops than braid-perf knows");
+  BT_CHECK(braid_op_name((braid_op)(NREDOP - 1)) == NULL, "braid has more reduction ops than braid-perf knows");
+  BT_CHECK(PERF_PREMULSUM == (braid_op)(NREDOP - 1) && !strcmp(perf_redop_name(PERF_PREMULSUM), "premulsum"),
+           "premulsum");
   return 0;
 }
 
@@ -473,6 +485,21 @@ static int test_core_small_floats(void) {
 static void reduce_as(int kind, unsigned char *res, unsigned char *in, unsigned char *tmp, unsigned char *acc,
                       const int *perm, int n, size_t G, braid_dtype dt, braid_op rop) {
   const size_t bytes = G * perf_dtype_size(dt);
+  if (rop == PERF_PREMULSUM) { /* the sum, times 2 in the reduction precision (exact) */
+    unsigned char two[16] = {0};
+    const dtinfo *d = dt_find(dt);
+    if (d->kind == K_COMPLEX) fstore(dt_find(d->size == 8 ? BRAID_F32 : BRAID_F64), two, 2);
+    else if (d->kind == K_FLOAT) fstore(d, two, 2);
+    else istore(&(pattern){.d = d}, two, 2);
+    reduce_as(kind, res, in, tmp, acc, perm, n, G, dt, BRAID_SUM);
+    if (braid__acc_size(dt) == perf_dtype_size(dt)) {
+      braid__scale(res, res, G, dt, two);
+    } else {
+      braid__scale(acc, res, G, dt, two);
+      braid__acc_store(res, acc, G, dt, BRAID_SUM, 1);
+    }
+    return;
+  }
   const void *srcs[128];
   switch (kind) {
   case 0:
@@ -967,7 +994,7 @@ static char *run_shell(const char *cmd, int *status) {
   return text;
 }
 
-/* Every dtype/op pair braid defines, every operation, at 3 and 4 ranks on
+/* Every dtype/op pair braid defines (premulsum included), every operation, at 3 and 4 ranks on
    shm with a small staging buffer so the larger sizes take several rounds:
    all exact (#wrong 0), every pair present. */
 static int test_shm_every_pair(void) {
@@ -978,8 +1005,9 @@ static int test_shm_every_pair(void) {
   }
   int want = 0; /* (op, dtype, redop) combinations */
   for (size_t di = 0; di < NDT; di++)
-    for (int o = 0; o < NREDOP; o++) want += 2 * !perf_redop_invalid(DT[di].dt, (braid_op)o);
-  want += 3 * (int)NDT + 1; /* broadcast, allgather, sendrecv per dtype; barrier */
+    for (int o = 0; o < NREDOP; o++) want += 3 * !perf_redop_invalid(DT[di].dt, (braid_op)o);
+  /* broadcast, allgather, sendrecv, gather, scatter, alltoall, alltoallv per dtype; barrier */
+  want += 7 * (int)NDT + 1;
   for (int n = 3; n <= 4; n++) {
     char cmd[9000];
     snprintf(cmd, sizeof cmd,
@@ -989,7 +1017,8 @@ static int test_shm_every_pair(void) {
     int st;
     char *t = run_shell(cmd, &st);
     BT_CHECK(t && st == 0, "%d ranks: exit %d: %.2000s", n, st, t ? t : "");
-    char seen[16384] = "|";
+    static char seen[32768];
+    snprintf(seen, sizeof seen, "|");
     int combos = 0, rows = 0;
     double largest = 0;
     for (char *p = t; (p = strchr(p, '{')) != NULL; p++, rows++) {

@@ -21,7 +21,52 @@
 typedef struct bctx {
   braid_comm *c;
   char err[512];
+  braid_op premul[64]; /* by dtype code: the scaled sum by 2 of -o premulsum, once made */
+  unsigned char have_premul[64];
+  size_t *a2av, a2av_count; /* all-to-allv counts and displacements for a2av_count */
 } bctx;
+
+/* 2 in dtype dt (every braid dtype but bool has it exactly). */
+static void two_in(braid_dtype dt, unsigned char *out) {
+  memset(out, 0, 16);
+  switch (dt) {
+  case BRAID_F64: case BRAID_C128: { double v = 2; memcpy(out, &v, 8); break; }
+  case BRAID_F32: case BRAID_C64: { float v = 2; memcpy(out, &v, 4); break; }
+  case BRAID_F16: case BRAID_BF16: out[1] = 0x40; break;
+  case BRAID_FP8_E4M3: case BRAID_FP8_E5M2: out[0] = 0x40; break;
+  default: out[0] = 2; break; /* integers, little-endian */
+  }
+}
+
+static int b_check(bctx *b, braid_status st);
+
+/* The scaled sum by 2 for dt in *op (made on first use); 0 or -1. */
+static int premul_of(bctx *b, braid_dtype dt, braid_op *op) {
+  if ((unsigned)dt >= 64) return b_check(b, BRAID_ERR_INVALID_ARG);
+  if (!b->have_premul[dt]) {
+    unsigned char two[16];
+    two_in(dt, two);
+    if (b_check(b, braid_op_premul_sum(b->c, two, dt, &b->premul[dt]))) return -1;
+    b->have_premul[dt] = 1;
+  }
+  *op = b->premul[dt];
+  return 0;
+}
+
+/* perf_a2av_counts for count, computed once per size. */
+static const size_t *a2av_of(bctx *b, size_t count) {
+  int n = braid_world_size(b->c);
+  if (!b->a2av) {
+    b->a2av = malloc(4 * (size_t)n * sizeof *b->a2av);
+    if (!b->a2av) return NULL;
+    b->a2av_count = (size_t)-1;
+  }
+  if (b->a2av_count != count) {
+    perf_a2av_counts(braid_rank(b->c), n, count, b->a2av, b->a2av + n, b->a2av + 2 * n, b->a2av + 3 * n);
+    b->a2av_count = count;
+  }
+  return b->a2av;
+}
 
 static const char *b_last_error(void *ctx) {
   bctx *b = ctx;
@@ -49,9 +94,13 @@ static unsigned b_placements(void *ctx, perf_op op) {
   case PERF_ALLREDUCE:
   case PERF_BROADCAST: return PERF_INPLACE;
   case PERF_ALLGATHER:
-  case PERF_REDUCE_SCATTER: return PERF_OOP | PERF_INPLACE;
+  case PERF_REDUCE_SCATTER:
+  case PERF_REDUCE:
+  case PERF_GATHER:
+  case PERF_SCATTER:
+  case PERF_ALLTOALL: return PERF_OOP | PERF_INPLACE;
   case PERF_SENDRECV: return PERF_OOP;
-  default: return PERF_OOP;
+  default: return PERF_OOP; /* barrier; all-to-allv: the uneven split is not symmetric, as in place needs */
   }
 }
 
@@ -60,6 +109,7 @@ static int b_run(void *ctx, perf_op op, const void *send, void *recv, size_t cou
   bctx *b = ctx;
   braid_comm *c = b->c;
   (void)inplace; /* placement is expressed by the pointers, as in braid.h */
+  if (rop == PERF_PREMULSUM && premul_of(b, dt, &rop)) return -1;
   switch (op) {
   case PERF_ALLREDUCE: return b_check(b, braid_all_reduce(c, recv, count, dt, rop));
   case PERF_BROADCAST: return b_check(b, braid_broadcast(c, recv, count, dt, root));
@@ -72,6 +122,19 @@ static int b_run(void *ctx, perf_op op, const void *send, void *recv, size_t cou
     return b_check(b, braid_sync(c));
   }
   case PERF_BARRIER: return b_check(b, braid_barrier(c));
+  case PERF_REDUCE: return b_check(b, braid_reduce(c, send, recv, count, dt, rop, root));
+  case PERF_GATHER: return b_check(b, braid_gather(c, send, recv, count, dt, root));
+  case PERF_SCATTER: return b_check(b, braid_scatter(c, send, recv, count, dt, root));
+  case PERF_ALLTOALL: return b_check(b, braid_all_to_all(c, send, recv, count, dt));
+  case PERF_ALLTOALLV: {
+    const size_t *v = a2av_of(b, count);
+    int n = braid_world_size(c);
+    if (!v) {
+      snprintf(b->err, sizeof b->err, "out of memory for the all-to-allv counts");
+      return -1;
+    }
+    return b_check(b, braid_all_to_allv(c, send, v, v + n, recv, v + 2 * n, v + 3 * n, dt));
+  }
   default: return -1;
   }
 }
@@ -141,7 +204,9 @@ int main(int argc, char **argv) {
     fprintf(stderr, "braid-perf: %s (%s)\n", braid_last_error(NULL), braid_status_string(st));
     return PERF_EXIT_ERROR;
   }
-  bctx b = {c, {0}};
+  bctx b;
+  memset(&b, 0, sizeof b);
+  b.c = c;
   char lib[64];
   snprintf(lib, sizeof lib, "braid %s", braid_version());
   perf_layer L = {
@@ -162,6 +227,7 @@ int main(int argc, char **argv) {
       .mem_free = b_mem_free,
   };
   rc = perf_run(&a, &L);
+  free(b.a2av);
   st = braid_destroy(c);
   if (st != BRAID_OK && rc == PERF_EXIT_OK) {
     fprintf(stderr, "braid-perf: %s\n", braid_last_error(NULL));

@@ -53,11 +53,12 @@ static const dtinfo DT[] = {
 };
 #define NDT (sizeof DT / sizeof DT[0])
 
-static const char *const REDOP_NAMES[] = {"sum", "prod", "min", "max", "avg", "band", "bor", "bxor"};
-#define NREDOP 8
+static const char *const REDOP_NAMES[] = {"sum", "prod", "min", "max", "avg", "band", "bor", "bxor", "premulsum"};
+#define NREDOP 9
 
-static const char *const OP_NAMES[PERF_NOPS] = {"allreduce", "broadcast", "allgather",
-                                                "reduce_scatter", "sendrecv", "barrier"};
+static const char *const OP_NAMES[PERF_NOPS] = {"allreduce", "broadcast", "allgather", "reduce_scatter",
+                                                "sendrecv",  "barrier",   "reduce",    "gather",
+                                                "scatter",   "alltoall",  "alltoallv"};
 
 #define MAX_ITERS 10000000L /* cap when adapting: ~0.1 s even for 10 ns calls */
 #define MIN_ITERS 3L
@@ -85,16 +86,39 @@ const char *perf_redop_name(braid_op op) {
 
 const char *perf_op_name(perf_op op) { return (unsigned)op < PERF_NOPS ? OP_NAMES[op] : "?"; }
 
-static int op_reduces(perf_op op) { return op == PERF_ALLREDUCE || op == PERF_REDUCE_SCATTER; }
-static int op_split_by_n(perf_op op) { return op == PERF_ALLGATHER || op == PERF_REDUCE_SCATTER; }
+static int op_reduces(perf_op op) { return op == PERF_ALLREDUCE || op == PERF_REDUCE_SCATTER || op == PERF_REDUCE; }
+static int op_rooted(perf_op op) {
+  return op == PERF_BROADCAST || op == PERF_REDUCE || op == PERF_GATHER || op == PERF_SCATTER;
+}
+/* The size counts every rank's block (nccl-tests: the n-rank buffer). */
+static int op_split_by_n(perf_op op) {
+  return op == PERF_ALLGATHER || op == PERF_REDUCE_SCATTER || op == PERF_GATHER || op == PERF_SCATTER ||
+         op == PERF_ALLTOALL || op == PERF_ALLTOALLV;
+}
 
 double perf_bus_factor(perf_op op, int nranks) {
   double n = nranks;
   switch (op) {
   case PERF_ALLREDUCE: return 2.0 * (n - 1) / n;
   case PERF_ALLGATHER:
-  case PERF_REDUCE_SCATTER: return (n - 1) / n;
-  default: return 1.0;
+  case PERF_REDUCE_SCATTER:
+  case PERF_GATHER:
+  case PERF_SCATTER:
+  case PERF_ALLTOALL:
+  case PERF_ALLTOALLV: return (n - 1) / n;
+  default: return 1.0; /* broadcast, reduce, sendrecv */
+  }
+}
+
+void perf_a2av_counts(int rank, int nranks, size_t count, size_t *sc, size_t *sd, size_t *rc, size_t *rd) {
+  const int n = nranks;
+  size_t so = 0, ro = 0;
+  for (int j = 0; j < n; j++) {
+    size_t ks = (size_t)((j - rank + n) % n), kr = (size_t)((rank - j + n) % n);
+    sc[j] = 2 * count * (ks + 1) / (size_t)(n + 1);
+    rc[j] = 2 * count * (kr + 1) / (size_t)(n + 1);
+    sd[j] = so, rd[j] = ro;
+    so += sc[j], ro += rc[j];
   }
 }
 
@@ -108,11 +132,12 @@ const char *perf_redop_invalid(braid_dtype dt, braid_op rop) {
     if (bitwise) return "bitwise ops (band, bor, bxor) are for integers and bool";
     return NULL;
   case K_COMPLEX:
-    if (rop != BRAID_SUM && rop != BRAID_PROD && rop != BRAID_AVG)
-      return "complex types support sum, prod and avg only";
+    if (rop != BRAID_SUM && rop != BRAID_PROD && rop != BRAID_AVG && rop != PERF_PREMULSUM)
+      return "complex types support sum, prod, avg and premulsum only";
     return NULL;
   case K_BOOL:
     if (rop == BRAID_AVG) return "avg is not defined on bool";
+    if (rop == PERF_PREMULSUM) return "premulsum is not defined on bool";
     return NULL;
   default: return NULL;
   }
@@ -190,7 +215,11 @@ static int op_parse(const char *s, perf_op *out) {
                {"broadcast", PERF_BROADCAST},   {"bcast", PERF_BROADCAST},
                {"allgather", PERF_ALLGATHER},   {"all_gather", PERF_ALLGATHER},
                {"reduce_scatter", PERF_REDUCE_SCATTER}, {"reducescatter", PERF_REDUCE_SCATTER},
-               {"sendrecv", PERF_SENDRECV},     {"barrier", PERF_BARRIER}};
+               {"sendrecv", PERF_SENDRECV},     {"barrier", PERF_BARRIER},
+               {"reduce", PERF_REDUCE},         {"gather", PERF_GATHER},
+               {"scatter", PERF_SCATTER},       {"alltoall", PERF_ALLTOALL},
+               {"all_to_all", PERF_ALLTOALL},   {"alltoallv", PERF_ALLTOALLV},
+               {"all_to_allv", PERF_ALLTOALLV}};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
     if (!strcasecmp(s, names[i].name)) {
       *out = names[i].op;
@@ -203,7 +232,8 @@ void perf_usage(FILE *out, const char *prog) {
   fprintf(out,
           "usage: %s OP [options]\n"
           "  OP: allreduce, broadcast, allgather, reduce_scatter, sendrecv (ring exchange),\n"
-          "      barrier, or all (each in turn)\n"
+          "      barrier, reduce, gather, scatter, alltoall, alltoallv (an uneven split),\n"
+          "      or all (each in turn)\n"
           "options (nccl-tests meanings):\n"
           "  -b, --minbytes N      smallest size (bytes; K, M, G suffixes = 2^10, 2^20, 2^30); default 8\n"
           "  -e, --maxbytes N      largest size; default 64M\n"
@@ -215,9 +245,9 @@ void perf_usage(FILE *out, const char *prog) {
           "  -d, --datatype T      f32 (default), f64, f16, bf16, fp8_e4m3, fp8_e5m2, i8..i64,\n"
           "                        u8..u64, bool, c64, c128 (or float, half, int32, ...), a comma\n"
           "                        list, or all\n"
-          "  -o, --op OP           sum (default), prod, min, max, avg, band, bor, bxor, a comma\n"
-          "                        list, or all\n"
-          "  -r, --root R          broadcast root; default 0\n"
+          "  -o, --op OP           sum (default), prod, min, max, avg, band, bor, bxor,\n"
+          "                        premulsum (a scaled sum by 2), a comma list, or all\n"
+          "  -r, --root R          root of broadcast, reduce, gather, scatter; default 0\n"
           "  -c, --check 0|1       check every element after timing; default 1\n"
           "  -R, --mem 0|1         1: buffers from the library's allocator (braid_mem_alloc,\n"
           "                        MPI_Alloc_mem) instead of the heap; default 0\n"
@@ -394,7 +424,7 @@ int perf_parse_args(int argc, char **argv, perf_args *a, const char *prog, int q
       if (!a->all_redops) {
         if (parse_list(val, redop_parse_int, v, PERF_MAX_ITEMS, &n))
           return usage_error(a, quiet, "-o (op)", val,
-                             "expected sum, prod, min, max, avg, band, bor, bxor, a comma list, or all");
+                             "expected sum, prod, min, max, avg, band, bor, bxor, premulsum, a comma list, or all");
         a->nredops = n;
         for (int k = 0; k < n; k++) a->redops[k] = (braid_op)v[k];
       }
@@ -403,7 +433,10 @@ int perf_parse_args(int argc, char **argv, perf_args *a, const char *prog, int q
     default: break;
     }
   }
-  if (!opname) return usage_error(a, quiet, "OP", NULL, "missing (allreduce, broadcast, allgather, reduce_scatter, sendrecv, barrier or all)");
+  if (!opname)
+    return usage_error(a, quiet, "OP", NULL,
+                       "missing (allreduce, broadcast, allgather, reduce_scatter, sendrecv, barrier, reduce, gather, "
+                       "scatter, alltoall, alltoallv or all)");
   if (!strcasecmp(opname, "all")) {
     for (int k = 0; k < PERF_NOPS; k++) a->ops[k] = k;
     a->ops[PERF_NOPS] = -1;
@@ -411,7 +444,8 @@ int perf_parse_args(int argc, char **argv, perf_args *a, const char *prog, int q
     perf_op op;
     if (op_parse(opname, &op))
       return usage_error(a, quiet, "OP", opname,
-                         "expected allreduce, broadcast, allgather, reduce_scatter, sendrecv, barrier or all");
+                         "expected allreduce, broadcast, allgather, reduce_scatter, sendrecv, barrier, reduce, gather, "
+                         "scatter, alltoall, alltoallv or all");
     a->ops[0] = (int)op;
     a->ops[1] = -1;
   }
@@ -536,6 +570,7 @@ typedef struct pattern {
   const dtinfo *lane; /* complex: the real dtype of one lane; else d */
   braid_op rop;
   int n;
+  int premul;             /* -o premulsum: the SUM pattern, results times 2 */
   /* floats */
   long sum_vmax;          /* SUM: per-rank values 0..vmax; 0: one contributor per element */
   int avg_mode;           /* 2: w + spike n*u; 3: w on every rank or +v and -v; 1: one contributor of
@@ -563,6 +598,7 @@ static uint64_t hash2(int r, uint64_t k) { return mix64(((uint64_t)(unsigned)r <
 
 static void pattern_init(pattern *p, braid_dtype dt, braid_op rop, int n) {
   memset(p, 0, sizeof *p);
+  if (rop == PERF_PREMULSUM) p->premul = 1, rop = BRAID_SUM;
   p->d = dt_find(dt);
   p->lane = p->d;
   if (p->d->kind == K_COMPLEX) p->lane = dt_find(p->d->size == 8 ? BRAID_F32 : BRAID_F64);
@@ -818,7 +854,7 @@ static double fcombine(const pattern *p, uint64_t x) {
 static int red_wrong(const pattern *p, uint64_t g, const void *got) {
   switch (p->d->kind) {
   case K_FLOAT: {
-    double want = pround(p, fcombine(p, g));
+    double want = pround(p, fcombine(p, g) * (p->premul ? 2 : 1));
     return !(pload(p, got) == want);
   }
   case K_COMPLEX: {
@@ -833,8 +869,8 @@ static int red_wrong(const pattern *p, uint64_t g, const void *got) {
         wre = t;
       }
     } else {
-      wre = fcombine(p, 2 * g);
-      wim = fcombine(p, 2 * g + 1);
+      wre = fcombine(p, 2 * g) * (p->premul ? 2 : 1);
+      wim = fcombine(p, 2 * g + 1) * (p->premul ? 2 : 1);
     }
     wre = fround(p->lane, wre);
     wim = fround(p->lane, wim);
@@ -872,6 +908,7 @@ static int red_wrong(const pattern *p, uint64_t g, const void *got) {
       }
       acc &= p->mask;
     }
+    if (p->premul) acc = (acc * 2) & p->mask;
     if (p->rop == BRAID_AVG) /* the wrapped sum, divided with truncation toward zero */
       acc = sgn ? (uint64_t)(sext(acc, p->bits) / p->n) : acc / (uint64_t)p->n;
     return iload(p, got) != (acc & p->mask);
@@ -1057,6 +1094,69 @@ static int64_t check_once(const job *J) {
     for (size_t j = 0; j < c; j++) bad += mv_wrong(d, prev, j, J->rbuf + j * esz);
     break;
   }
+  case PERF_REDUCE: {
+    const int root = me == J->root;
+    unsigned char *in = J->inplace && root ? J->rbuf : J->sbuf;
+    for (size_t j = 0; j < c; j++) red_in(&p, me, j, in + j * esz);
+    if (root && !J->inplace) memset(J->rbuf, SENTINEL, c * esz);
+    if (L->barrier(L->ctx)) fail_exit(L, "barrier");
+    run1(J);
+    complete(L);
+    for (size_t j = 0; root && j < c; j++) bad += red_wrong(&p, j, J->rbuf + j * esz);
+    break;
+  }
+  case PERF_GATHER: {
+    const int root = me == J->root;
+    if (root) memset(J->rbuf, SENTINEL, c * (size_t)n * esz);
+    unsigned char *in = J->inplace && root ? J->rbuf + (size_t)me * c * esz : J->sbuf;
+    for (size_t j = 0; j < c; j++) mv_in(d, me, j, in + j * esz);
+    if (L->barrier(L->ctx)) fail_exit(L, "barrier");
+    run1(J);
+    complete(L);
+    for (int r = 0; root && r < n; r++)
+      for (size_t j = 0; j < c; j++) bad += mv_wrong(d, r, j, J->rbuf + ((size_t)r * c + j) * esz);
+    break;
+  }
+  case PERF_SCATTER: {
+    const int root = me == J->root;
+    for (int q = 0; root && q < n; q++)
+      for (size_t j = 0; j < c; j++) mv_in(d, q, j, J->sbuf + ((size_t)q * c + j) * esz);
+    unsigned char *out = J->inplace && root ? J->sbuf + (size_t)me * c * esz : J->rbuf;
+    if (out == J->rbuf) memset(J->rbuf, SENTINEL, c * esz);
+    if (L->barrier(L->ctx)) fail_exit(L, "barrier");
+    run1(J);
+    complete(L);
+    for (size_t j = 0; j < c; j++) bad += mv_wrong(d, me, j, out + j * esz);
+    break;
+  }
+  case PERF_ALLTOALL: {
+    unsigned char *in = J->inplace ? J->rbuf : J->sbuf;
+    for (int q = 0; q < n; q++)
+      for (size_t j = 0; j < c; j++) mv_in(d, me, (uint64_t)q * c + j, in + ((size_t)q * c + j) * esz);
+    if (!J->inplace) memset(J->rbuf, SENTINEL, c * (size_t)n * esz);
+    if (L->barrier(L->ctx)) fail_exit(L, "barrier");
+    run1(J);
+    complete(L);
+    for (int q = 0; q < n; q++)
+      for (size_t j = 0; j < c; j++) bad += mv_wrong(d, q, (uint64_t)me * c + j, J->rbuf + ((size_t)q * c + j) * esz);
+    break;
+  }
+  case PERF_ALLTOALLV: {
+    size_t *v = malloc(4 * (size_t)n * sizeof *v);
+    if (!v) fail_exit(L, "the all-to-allv check (out of memory)");
+    size_t *sc = v, *sd = v + n, *rc = v + 2 * n, *rd = v + 3 * n;
+    perf_a2av_counts(me, n, c, sc, sd, rc, rd);
+    for (int q = 0; q < n; q++)
+      for (size_t k = 0; k < sc[q]; k++) mv_in(d, me, ((uint64_t)q << 32) + k, J->sbuf + (sd[q] + k) * esz);
+    memset(J->rbuf, SENTINEL, (rd[n - 1] + rc[n - 1]) * esz);
+    if (L->barrier(L->ctx)) fail_exit(L, "barrier");
+    run1(J);
+    complete(L);
+    for (int q = 0; q < n; q++)
+      for (size_t k = 0; k < rc[q]; k++) bad += mv_wrong(d, q, ((uint64_t)me << 32) + k, J->rbuf + (rd[q] + k) * esz);
+    free(v);
+    break;
+  }
   default: break;
   }
   pattern_free(&p);
@@ -1112,7 +1212,7 @@ static void print_row(const perf_args *a, perf_op op, braid_dtype dt, braid_op r
                       const result res[2]) {
   const int reduces = op_reduces(op);
   printf("%12zu  %12zu  %8s  %6s  %6d", bytes, count, op == PERF_BARRIER ? "none" : perf_dtype_name(dt),
-         reduces ? perf_redop_name(rop) : "none", op == PERF_BROADCAST ? a->root : -1);
+         reduces ? perf_redop_name(rop) : "none", op_rooted(op) ? a->root : -1);
   for (int k = 0; k < 2; k++) {
     if (!res[k].have) {
       printf("  %7s  %6s  %6s  %6s", "-", "-", "-", "-");
@@ -1162,7 +1262,7 @@ static void print_json(perf_layer *L, const perf_args *a, perf_op op, braid_dtyp
          "\"size\":%zu,\"count\":%zu,\"inplace\":%s,\"mem\":\"%s\",\"time_us\":%.6g,\"algbw\":%.6g,\"busbw\":%.6g,"
          "\"wrong\":%s}\n",
          perf_op_name(op), backend, L->nranks, op == PERF_BARRIER ? "none" : perf_dtype_name(dt),
-         op_reduces(op) ? perf_redop_name(rop) : "none", op == PERF_BROADCAST ? a->root : -1, bytes, count,
+         op_reduces(op) ? perf_redop_name(rop) : "none", op_rooted(op) ? a->root : -1, bytes, count,
          inplace ? "true" : "false", a->lib_mem ? "library" : "heap", r->time_s * 1e6, r->algbw, r->busbw, wrong);
   fflush(stdout);
 }
@@ -1211,6 +1311,18 @@ static void run_combo(const perf_args *a, perf_layer *L, perf_op op, braid_dtype
           J.recv = inplace ? sbuf + (size_t)L->rank * count * esz : rbuf;
           break;
         case PERF_SENDRECV: J.send = sbuf; J.recv = rbuf; break;
+        /* rooted: in place at the root only */
+        case PERF_REDUCE: J.send = inplace && L->rank == a->root ? rbuf : sbuf; J.recv = rbuf; break;
+        case PERF_GATHER:
+          J.send = inplace && L->rank == a->root ? rbuf + (size_t)a->root * count * esz : sbuf;
+          J.recv = rbuf;
+          break;
+        case PERF_SCATTER:
+          J.send = sbuf;
+          J.recv = inplace && L->rank == a->root ? sbuf + (size_t)a->root * count * esz : rbuf;
+          break;
+        case PERF_ALLTOALL: J.send = inplace ? rbuf : sbuf; J.recv = rbuf; break;
+        case PERF_ALLTOALLV: J.send = sbuf; J.recv = rbuf; break;
         default: break;
         }
         /* Timed loops run on zeros: in-place reductions would otherwise grow

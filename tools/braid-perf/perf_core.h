@@ -29,8 +29,17 @@ typedef enum perf_op {
   PERF_REDUCE_SCATTER,
   PERF_SENDRECV, /* ring exchange: send to rank+1, receive from rank-1, complete */
   PERF_BARRIER,
+  PERF_REDUCE,
+  PERF_GATHER,
+  PERF_SCATTER,
+  PERF_ALLTOALL,
+  PERF_ALLTOALLV, /* the uneven split of perf_a2av_counts */
   PERF_NOPS
 } perf_op;
+
+/* -o premulsum: a scaled sum (braid_op_premul_sum, ncclRedOpCreatePreMulSum)
+   by 2, which keeps every check exact; a layer without one refuses it. */
+#define PERF_PREMULSUM ((braid_op)8)
 
 #define PERF_OOP 1u     /* out-of-place placement available */
 #define PERF_INPLACE 2u /* in-place placement available */
@@ -42,7 +51,12 @@ typedef enum perf_op {
      allgather       send (count) -> recv (count*nranks); in place: send == recv + rank*count
      reduce_scatter  send (count*nranks) -> recv (count); in place: recv == send + rank*count
      sendrecv        send (count) to rank+1, recv (count) from rank-1, completed before returning
-     barrier         no buffers */
+     barrier         no buffers
+     reduce          send (count) -> recv (count) at root; in place at the root: send == recv
+     gather          send (count) -> recv (count*nranks) at root; in place at the root: send == recv + root*count
+     scatter         send (count*nranks) at root -> recv (count); in place at the root: recv == send + root*count
+     alltoall        send (count*nranks) -> recv (count*nranks); in place: send == recv
+     alltoallv       send -> recv with the counts and displacements of perf_a2av_counts (out of place) */
 typedef struct perf_layer {
   const char *backend; /* name in the header and in JSON ("self", "openmpi-shm", ...) */
   const char *library; /* library and version for the header */
@@ -109,6 +123,13 @@ const char *perf_redop_name(braid_op op);
 size_t perf_dtype_size(braid_dtype dt);
 /* nccl-tests bus-bandwidth factor for op at n ranks. */
 double perf_bus_factor(perf_op op, int nranks);
+/* The all-to-allv split of count elements per block on average: rank i
+   sends rank j floor(2 * count * (k+1) / (n+1)) elements, k = (j - i) mod n,
+   so every rank sends and receives at most count * n, and each size of
+   block occurs once per rank. Counts and displacements (contiguous, in rank
+   order) in elements, arrays of nranks. */
+void perf_a2av_counts(int rank, int nranks, size_t count, size_t *send_counts, size_t *send_displs,
+                      size_t *recv_counts, size_t *recv_displs);
 /* NULL when braid.h defines rop for dt, else a sentence saying why not. */
 const char *perf_redop_invalid(braid_dtype dt, braid_op rop);
 

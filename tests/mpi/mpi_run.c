@@ -1,0 +1,333 @@
+/* The mpi backend under mpirun: `mpi_run MODE [app|braid]` on every rank.
+   MODE: matrix (the conformance matrix, then on split children), p2p (tags
+   above MPI's guaranteed MPI_TAG_UB, order per (source, tag), unexpected
+   and posted receives, inline and large payloads), mismatch (ranks in
+   different collectives), timeout (a rank that stalls: the others fail
+   within BRAID_TIMEOUT, the stalled one hears of it), comm (a communicator
+   the application made), auto (braid_init(NULL) picks mpi under mpirun). "app": the test calls MPI_Init_thread itself and
+   braid must not finalize; "braid": braid initializes MPI. Exit 0 on
+   success on every rank. */
+#include <mpi.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "coll_check.h"
+#include "harness.h"
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int open_comm(braid_comm **c, double timeout_s, const MPI_Comm *mc) {
+  braid_config cfg = BRAID_CONFIG_INIT;
+  cfg.backend = "mpi";
+  cfg.timeout_s = timeout_s;
+  cfg.mpi_comm = mc;
+  BT_CHECK_OK(braid_init(&cfg, c), NULL);
+  BT_CHECK(!strcmp(braid_backend(*c), "mpi"), "backend %s", braid_backend(*c));
+  return 0;
+}
+
+static int mode_matrix(void) {
+  braid_comm *c;
+  if (open_comm(&c, 120, NULL)) return 1;
+  int rank = braid_rank(c), n = braid_world_size(c);
+  int mr, ms;
+  MPI_Comm_rank(MPI_COMM_WORLD, &mr);
+  MPI_Comm_size(MPI_COMM_WORLD, &ms);
+  BT_CHECK(rank == mr && n == ms, "braid rank %d of %d, MPI rank %d of %d", rank, n, mr, ms);
+  static const size_t counts[] = {1, 7, 1000};
+  matrix m = {counts, 3, 1, 0};
+  if (bt_coll_matrix_body(c, rank, n, &m) || bt_coll_matrix_more(c, rank, n, &m)) return 1;
+  static const size_t big[] = {100003};
+  matrix mb = {big, 1, 0, 0};
+  if (bt_coll_matrix_body(c, rank, n, &mb) || bt_coll_matrix_more(c, rank, n, &mb)) return 1;
+  /* braid_mem buffers too */
+  matrix mm = {counts + 1, 1, 0, 1};
+  if (bt_coll_matrix_body(c, rank, n, &mm)) return 1;
+  BT_CHECK_OK(braid_barrier(c), c);
+  braid_comm *child = NULL;
+  BT_CHECK_OK(braid_split(c, (uint32_t)(rank % 2), (uint32_t)(n - rank), &child), c);
+  BT_CHECK(child != NULL, "no child");
+  int cn = braid_world_size(child), cr = braid_rank(child);
+  BT_CHECK(cn == (n + 1 - rank % 2) / 2, "child size %d", cn);
+  matrix mc = {counts, 3, 0, 0};
+  if (bt_coll_matrix_body(child, cr, cn, &mc) || bt_coll_matrix_more(child, cr, cn, &mc)) return 1;
+  BT_CHECK_OK(braid_destroy(child), NULL);
+  /* BRAID_SPLIT_NONE: no communicator for this rank, the others go on. */
+  child = (braid_comm *)1;
+  BT_CHECK_OK(braid_split(c, rank == 0 ? BRAID_SPLIT_NONE : 5, 0, &child), c);
+  if (rank == 0) {
+    BT_CHECK(child == NULL, "SPLIT_NONE gave a communicator");
+  } else {
+    BT_CHECK(child && braid_world_size(child) == n - 1 && braid_rank(child) == rank - 1, "split without rank 0");
+    int v = 1;
+    BT_CHECK_OK(braid_all_reduce(child, &v, 1, BRAID_I32, BRAID_SUM), child);
+    BT_CHECK_OK(braid_sync(child), child);
+    BT_CHECK(v == n - 1, "sum %d", v);
+    BT_CHECK_OK(braid_destroy(child), NULL);
+  }
+  BT_CHECK_OK(braid_barrier(c), c);
+  BT_CHECK_OK(braid_destroy(c), NULL);
+  return 0;
+}
+
+/* Tags above 32767 (MPI's guaranteed MPI_TAG_UB) and at the top of braid's
+   range; several messages per (source, tag) received in reverse tag order,
+   so they wait as unexpected messages, and must come out in sending order. */
+static int mode_p2p(void) {
+  braid_comm *c;
+  if (open_comm(&c, 60, NULL)) return 1;
+  int rank = braid_rank(c), n = braid_world_size(c);
+  static const uint32_t tags[] = {0, 32767, 32768, 0x7fffffffu, 0xffffffffu};
+  enum { NT = 5, PER = 3 };
+  static const size_t sizes[] = {1, 300, 5000}; /* elements of u32: inline and payload messages */
+  size_t total = 0;
+  for (int k = 0; k < PER; k++) total += sizes[k];
+  uint32_t *out = malloc(sizeof(uint32_t) * total * NT * (size_t)n);
+  uint32_t *in = malloc(sizeof(uint32_t) * total * NT * (size_t)n);
+  BT_CHECK(out && in, "out of memory");
+  for (int to = 0; to < n; to++) {
+    size_t o = (size_t)to * total * NT;
+    for (int k = 0; k < PER; k++)
+      for (int t = 0; t < NT; t++) {
+        for (size_t i = 0; i < sizes[k]; i++)
+          out[o + i] = (uint32_t)rank << 24 ^ (uint32_t)to << 16 ^ (uint32_t)t << 12 ^ (uint32_t)k << 8 ^ (uint32_t)i;
+        BT_CHECK_OK(braid_send(c, out + o, sizes[k], BRAID_U32, to, tags[t]), c);
+        o += sizes[k];
+      }
+  }
+  /* Let everything arrive unexpected, then receive in reverse tag order. */
+  BT_CHECK_OK(braid_barrier(c), c);
+  for (int from = 0; from < n; from++) {
+    size_t o = (size_t)from * total * NT;
+    for (int t = NT - 1; t >= 0; t--)
+      for (int k = 0; k < PER; k++) {
+        BT_CHECK_OK(braid_recv(c, in + o, sizes[k], BRAID_U32, from, tags[t]), c);
+        o += sizes[k];
+      }
+  }
+  BT_CHECK_OK(braid_sync(c), c);
+  for (int from = 0; from < n; from++) {
+    size_t o = (size_t)from * total * NT;
+    for (int t = NT - 1; t >= 0; t--)
+      for (int k = 0; k < PER; k++) {
+        for (size_t i = 0; i < sizes[k]; i++) {
+          uint32_t want =
+              (uint32_t)from << 24 ^ (uint32_t)rank << 16 ^ (uint32_t)t << 12 ^ (uint32_t)k << 8 ^ (uint32_t)i;
+          BT_CHECK(in[o + i] == want, "from %d tag %u message %d element %zu: %x, want %x", from, tags[t], k, i,
+                   in[o + i], want);
+        }
+        o += sizes[k];
+      }
+  }
+  /* Receives posted before the sends (a ring), large and small. */
+  int right = (rank + 1) % n, left = (rank + n - 1) % n;
+  for (size_t cnt = 1; cnt <= 1u << 20; cnt <<= 5) {
+    memset(in, 0, sizeof(uint32_t) * (cnt < total ? cnt : total));
+    uint32_t *rb = malloc(sizeof(uint32_t) * cnt), *sb = malloc(sizeof(uint32_t) * cnt);
+    BT_CHECK(rb && sb, "out of memory");
+    for (size_t i = 0; i < cnt; i++) sb[i] = (uint32_t)(rank * 1000003u + i);
+    BT_CHECK_OK(braid_recv(c, rb, cnt, BRAID_U32, left, 0xfffffff0u), c);
+    BT_CHECK_OK(braid_send(c, sb, cnt, BRAID_U32, right, 0xfffffff0u), c);
+    BT_CHECK_OK(braid_sync(c), c);
+    for (size_t i = 0; i < cnt; i++)
+      BT_CHECK(rb[i] == (uint32_t)(left * 1000003u + i), "ring %zu element %zu", cnt, i);
+    free(rb);
+    free(sb);
+  }
+  /* A receive of another shape is a mismatch naming both sizes. */
+  uint32_t one = 7;
+  double two[2];
+  BT_CHECK_OK(braid_send(c, &one, 1, BRAID_U32, right, 9), c);
+  BT_CHECK_OK(braid_barrier(c), c);
+  braid_status st = braid_recv(c, two, 2, BRAID_F64, left, 9);
+  if (st == BRAID_OK) st = braid_sync(c);
+  BT_CHECK(st == BRAID_ERR_MISMATCH, "shape mismatch gave %s", braid_status_string(st));
+  BT_CHECK_MSG(c, "1 elements of u32");
+  uint32_t got = 0;
+  BT_CHECK_OK(braid_recv(c, &got, 1, BRAID_U32, left, 9), c);
+  BT_CHECK_OK(braid_sync(c), c);
+  BT_CHECK(got == 7, "got %u", got);
+  free(out);
+  free(in);
+  BT_CHECK_OK(braid_destroy(c), NULL);
+  return 0;
+}
+
+static int mode_mismatch(void) {
+  braid_comm *c;
+  if (open_comm(&c, 60, NULL)) return 1;
+  int rank = braid_rank(c), n = braid_world_size(c);
+  float buf[16] = {0};
+  braid_status st = rank == n - 1 ? braid_broadcast(c, buf, 16, BRAID_F32, 0)
+                                  : braid_all_reduce(c, buf, 16, BRAID_F32, BRAID_SUM);
+  if (n == 1) {
+    BT_CHECK_OK(st, c);
+  } else {
+    BT_CHECK(st == BRAID_ERR_MISMATCH, "kind mismatch gave %s: %s", braid_status_string(st), braid_last_error(c));
+    BT_CHECK_MSG(c, "braid_broadcast(root 0, 16 x f32)");
+    BT_CHECK_MSG(c, "braid_all_reduce(16 x f32, sum)");
+  }
+  BT_CHECK_OK(braid_destroy(c), NULL);
+  /* The same call with different counts. */
+  if (open_comm(&c, 60, NULL)) return 1;
+  st = braid_all_reduce(c, buf, rank == 0 ? 8 : 16, BRAID_F32, BRAID_SUM);
+  if (n > 1) {
+    BT_CHECK(st == BRAID_ERR_MISMATCH, "count mismatch gave %s", braid_status_string(st));
+    BT_CHECK_MSG(c, "8 x f32");
+  }
+  BT_CHECK_OK(braid_destroy(c), NULL);
+  /* All-to-allv counts two ranks disagree on. */
+  if (open_comm(&c, 60, NULL)) return 1;
+  size_t *sc = calloc((size_t)n, sizeof(size_t)), *sd = calloc((size_t)n, sizeof(size_t));
+  size_t *rc = calloc((size_t)n, sizeof(size_t)), *rd = calloc((size_t)n, sizeof(size_t));
+  float *sbuf = calloc((size_t)n * 4, sizeof(float)), *rbuf = calloc((size_t)n * 4, sizeof(float));
+  BT_CHECK(sc && sd && rc && rd && sbuf && rbuf, "out of memory");
+  for (int q = 0; q < n; q++) sc[q] = rc[q] = 2, sd[q] = rd[q] = (size_t)q * 4;
+  if (rank == 0 && n > 1) rc[1] = 3;
+  st = braid_all_to_allv(c, sbuf, sc, sd, rbuf, rc, rd, BRAID_F32);
+  if (st == BRAID_OK) st = braid_sync(c);
+  if (n > 1) {
+    BT_CHECK(st == BRAID_ERR_MISMATCH, "all-to-allv counts gave %s", braid_status_string(st));
+    BT_CHECK_MSG(c, "rank 1 sends rank 0");
+  } else {
+    BT_CHECK_OK(st, c);
+  }
+  free(sc), free(sd), free(rc), free(rd), free(sbuf), free(rbuf);
+  BT_CHECK_OK(braid_destroy(c), NULL);
+  return 0;
+}
+
+/* The last rank stalls past the others' deadline: they fail with TIMEOUT
+   in about BRAID_TIMEOUT, not in MPI's unbounded wait; it then hears of it. */
+static int mode_timeout(void) {
+  braid_comm *c;
+  const double tmo = 2.0;
+  if (open_comm(&c, tmo, NULL)) return 1;
+  int rank = braid_rank(c), n = braid_world_size(c);
+  if (n < 2) return braid_destroy(c) != BRAID_OK;
+  int v = 1;
+  BT_CHECK_OK(braid_all_reduce(c, &v, 1, BRAID_I32, BRAID_SUM), c);
+  BT_CHECK_OK(braid_sync(c), c);
+  if (rank == n - 1) {
+    sleep(4);
+    double t0 = now_s();
+    braid_status st = braid_all_reduce(c, &v, 1, BRAID_I32, BRAID_SUM);
+    if (st == BRAID_OK) st = braid_sync(c);
+    BT_CHECK(st == BRAID_ERR_PEER_LOST || st == BRAID_ERR_TIMEOUT, "late rank got %s", braid_status_string(st));
+    BT_CHECK(now_s() - t0 < tmo + 1.0, "late rank took %.1f s", now_s() - t0);
+    BT_CHECK_MSG(c, "timed out");
+  } else {
+    double t0 = now_s();
+    braid_status st = braid_all_reduce(c, &v, 1, BRAID_I32, BRAID_SUM);
+    if (st == BRAID_OK) st = braid_sync(c);
+    double dt = now_s() - t0;
+    BT_CHECK(st == BRAID_ERR_TIMEOUT || st == BRAID_ERR_PEER_LOST, "waiting rank got %s: %s",
+             braid_status_string(st), braid_last_error(c));
+    BT_CHECK(dt > tmo * 0.9 && dt < tmo + 1.5, "failed after %.2f s with BRAID_TIMEOUT %g", dt, tmo);
+    /* Point-to-point waits are bounded too. */
+  }
+  braid_destroy(c);
+  /* A receive whose sender never sends: bounded by the timeout. */
+  if (open_comm(&c, tmo, NULL)) return 1;
+  int x;
+  double t0 = now_s();
+  braid_status st = braid_recv(c, &x, 1, BRAID_I32, (rank + 1) % n, 77);
+  if (st == BRAID_OK) st = braid_sync(c);
+  double dt = now_s() - t0;
+  BT_CHECK(st == BRAID_ERR_TIMEOUT || st == BRAID_ERR_PEER_LOST, "receive without a sender gave %s",
+           braid_status_string(st));
+  BT_CHECK(dt < tmo + 1.5, "receive failed after %.2f s", dt);
+  braid_destroy(c);
+  return 0;
+}
+
+/* A communicator the application made: braid's ranks are the ones in it. */
+static int mode_comm(void) {
+  int wr, wn;
+  MPI_Comm_rank(MPI_COMM_WORLD, &wr);
+  MPI_Comm_size(MPI_COMM_WORLD, &wn);
+  MPI_Comm half;
+  MPI_Comm_split(MPI_COMM_WORLD, wr % 2, -wr, &half);
+  int hr, hn;
+  MPI_Comm_rank(half, &hr);
+  MPI_Comm_size(half, &hn);
+  braid_comm *c;
+  if (open_comm(&c, 60, &half)) return 1;
+  BT_CHECK(braid_rank(c) == hr && braid_world_size(c) == hn, "braid %d of %d, MPI %d of %d", braid_rank(c),
+           braid_world_size(c), hr, hn);
+  int64_t v = wr;
+  BT_CHECK_OK(braid_all_reduce(c, &v, 1, BRAID_I64, BRAID_SUM), c);
+  BT_CHECK_OK(braid_sync(c), c);
+  int64_t want = 0;
+  for (int q = wr % 2; q < wn; q += 2) want += q;
+  BT_CHECK(v == want, "sum %lld, want %lld", (long long)v, (long long)want);
+  BT_CHECK_OK(braid_destroy(c), NULL);
+  /* braid freed only its duplicate: the application's communicator works. */
+  int s = 1, t = 0;
+  MPI_Allreduce(&s, &t, 1, MPI_INT, MPI_SUM, half);
+  BT_CHECK(t == hn, "application's communicator after braid_destroy: %d", t);
+  MPI_Comm_free(&half);
+  return 0;
+}
+
+/* braid_init(NULL) under mpirun without a store: the mpi backend. */
+static int mode_auto(void) {
+  unsetenv("BRAID_BACKEND");
+  braid_comm *c;
+  BT_CHECK_OK(braid_init(NULL, &c), NULL);
+  BT_CHECK(!strcmp(braid_backend(c), "mpi"), "automatic backend %s", braid_backend(c));
+  int v = 1;
+  BT_CHECK_OK(braid_all_reduce(c, &v, 1, BRAID_I32, BRAID_SUM), c);
+  BT_CHECK_OK(braid_sync(c), c);
+  BT_CHECK(v == braid_world_size(c), "sum %d", v);
+  BT_CHECK_OK(braid_destroy(c), NULL);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  const char *mode = argc > 1 ? argv[1] : "matrix";
+  int app = argc > 2 && !strcmp(argv[2], "app");
+  if (!strcmp(mode, "comm")) app = 1;
+  if (app) {
+    int provided;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  }
+  int rc;
+  if (!strcmp(mode, "matrix")) rc = mode_matrix();
+  else if (!strcmp(mode, "p2p")) rc = mode_p2p();
+  else if (!strcmp(mode, "mismatch")) rc = mode_mismatch();
+  else if (!strcmp(mode, "timeout")) rc = mode_timeout();
+  else if (!strcmp(mode, "comm")) rc = mode_comm();
+  else if (!strcmp(mode, "auto")) rc = mode_auto();
+  else {
+    fprintf(stderr, "mpi_run: unknown mode %s\n", mode);
+    rc = 2;
+  }
+  if (app) {
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (fin) {
+      fprintf(stderr, "mpi_run: braid finalized an MPI the application initialized\n");
+      rc = 1;
+    } else {
+      MPI_Finalize();
+    }
+  } else if (!rc) {
+    int init = 0;
+    MPI_Initialized(&init);
+    if (!init) {
+      fprintf(stderr, "mpi_run: braid did not initialize MPI\n");
+      rc = 1;
+    }
+  }
+  if (rc) fprintf(stderr, "mpi_run %s: FAILED\n", mode);
+  return rc;
+}

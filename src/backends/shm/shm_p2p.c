@@ -389,7 +389,12 @@ braid_status shm_isend(braid_comm *c, braid__req *br) {
   o->snext = NULL;
   *s->sends_tail = o;
   s->sends_tail = &o->snext;
-  return progress(c, s, 0);
+  /* Queued, the request is this backend's until it completes or the
+     communicator goes: a failure this pass finds fails the communicator
+     (sticky) and reaches the caller's wait, and the caller must not free
+     the request as it would a refused one. */
+  (void)progress(c, s, 0);
+  return BRAID_OK;
 }
 
 /* The receive is on the matcher's queue: anything still in a ring is newer
@@ -397,7 +402,11 @@ braid_status shm_isend(braid_comm *c, braid__req *br) {
    delivers it straight into the buffer. */
 braid_status shm_irecv(braid_comm *c, braid__req *r) {
   (void)r;
-  return progress(c, c->be, 0);
+  /* As in shm_isend: the posted receive may already be in this backend's
+     hands when the pass fails, so the failure travels through the
+     communicator and the request, not this return. */
+  (void)progress(c, c->be, 0);
+  return BRAID_OK;
 }
 
 braid_status shm_take(braid_comm *c, braid__req *br, braid__umsg *bu) {

@@ -2,7 +2,9 @@
    record "gradient ready" on the compute stream, make the communication stream
    wait for it, all-reduce there, and make the compute stream wait for the
    result. On backends without a communication stream the hooks report
-   BRAID_ERR_UNSUPPORTED and the program falls back to braid_sync. */
+   BRAID_ERR_UNSUPPORTED and the program falls back to braid_sync. This one
+   runs on any backend with host memory; examples/nccl_overlap.c is the same
+   on a GPU with device memory and real streams. */
 #include <braid.h>
 #include <stdio.h>
 

@@ -229,6 +229,18 @@ BRAID_API braid_status braid_mem_alloc(void **ptr, size_t size);
    operation may still use it. */
 BRAID_API braid_status braid_mem_free(void *ptr);
 
+/* Communication memory that suits c's backend: on nccl, device memory from
+   ncclMemAlloc (the allocation NCCL's zero-copy and NVLink SHARP paths
+   want; the current CUDA device's); on the others, braid_mem_alloc's. Free
+   it with braid_comm_mem_free on a communicator of the same backend. */
+BRAID_API braid_status braid_comm_mem_alloc(braid_comm *c, void **ptr, size_t size);
+BRAID_API braid_status braid_comm_mem_free(braid_comm *c, void *ptr);
+/* Registers size bytes at buf with c for its zero-copy paths (on nccl
+   ncclCommRegister; elsewhere nothing to do and *handle is a token) until
+   braid_mem_deregister(c, *handle). Optional: unregistered buffers work. */
+BRAID_API braid_status braid_mem_register(braid_comm *c, void *buf, size_t size, void **handle);
+BRAID_API braid_status braid_mem_deregister(braid_comm *c, void *handle);
+
 /* CUDA stream/event synchronization for compute/communication overlap.
    Backends without a communication stream return false / BRAID_ERR_UNSUPPORTED.
    Events and streams are opaque handles (cudaEvent_t / cudaStream_t values). */

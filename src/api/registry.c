@@ -22,6 +22,9 @@ static const braid__backend *const backends[] = {
 #if BRAID_WITH_MPI
     &braid__mpi_backend,
 #endif
+#if BRAID_WITH_NCCL
+    &braid__nccl_backend,
+#endif
     NULL,
 };
 

@@ -1,10 +1,15 @@
 /* braid_split: every rank learns every (color, key) through an all-gather,
    groups identically, and the members of each color build a child. */
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "algos/algos.h"
 #include "api/api.h"
+#include "bootstrap/bootstrap.h"
 #include "core/subcomm.h"
+#include "core/wait.h"
+#include "os/time.h"
 
 typedef struct split_entry {
   uint32_t color, key;
@@ -15,6 +20,43 @@ static int split_cmp(const void *a, const void *b) {
   const split_entry *x = a, *y = b;
   if (x->key != y->key) return x->key < y->key ? -1 : 1;
   return (x->rank > y->rank) - (x->rank < y->rank);
+}
+
+/* The (color, key) exchange of a backend whose collectives take device
+   memory and complete later (nccl): through the store, in short waits
+   between which the engine's checks run (abort, failures, dead peers). */
+static braid_status store_all_gather(braid_comm *c, const uint32_t mine[2], uint32_t *all) {
+  braid__store *store = c->boot ? c->boot->store : NULL;
+  if (!store) { /* one rank */
+    all[0] = mine[0], all[1] = mine[1];
+    return BRAID_OK;
+  }
+  char key[64];
+  snprintf(key, sizeof key, "split/%u/%d", c->nsplits + 1, c->rank);
+  if (braid__store_set(store, key, mine, 2 * sizeof(uint32_t)))
+    return braid__fail(c, BRAID_ERR_BOOTSTRAP, "could not publish this rank's color and key: %s",
+                       braid__store_error(store));
+  braid__waiter w;
+  braid__wait_begin(&w);
+  for (int r = 0; r < c->size; r++) {
+    snprintf(key, sizeof key, "split/%u/%d", c->nsplits + 1, r);
+    void *v = NULL;
+    size_t len = 0;
+    braid_status gs;
+    while ((gs = braid__store_get(store, key, &v, &len, braid__now() + 0.05)) == BRAID_ERR_TIMEOUT) {
+      braid_status st = braid__wait_slow(c, &w, r, "the other ranks' colors and keys");
+      if (st) return st;
+    }
+    if (gs || len != 2 * sizeof(uint32_t)) {
+      free(v);
+      return braid__fail(c, BRAID_ERR_BOOTSTRAP, "could not learn rank %d's color and key: %s", r,
+                         gs ? braid__store_error(store) : "wrong size");
+    }
+    memcpy(all + 2 * r, v, 2 * sizeof(uint32_t));
+    free(v);
+  }
+  braid__wait_end(c, &w);
+  return BRAID_OK;
 }
 
 braid_status braid_split(braid_comm *c, uint32_t color, uint32_t key, braid_comm **out) {
@@ -40,7 +82,9 @@ braid_status braid_split(braid_comm *c, uint32_t color, uint32_t key, braid_comm
   c->desc = braid__desc_make(BRAID__COLL_SPLIT, 2, BRAID_U32, 0);
   c->desc_hash = c->check ? braid__desc_hash(c->seq, &c->desc) : 0;
   if (c->check && c->ops->coll_start) c->ops->coll_start(c);
-  if (c->ops->all_gather && c->algo[BRAID__COLL_ALL_GATHER] <= BRAID__ALGO_NATIVE)
+  if (c->ops->caps & BRAID__CAP_DEVICE_MEM)
+    st = store_all_gather(c, mine, all);
+  else if (c->ops->all_gather && c->algo[BRAID__COLL_ALL_GATHER] <= BRAID__ALGO_NATIVE)
     st = c->ops->all_gather(c, mine, all, 2, BRAID_U32);
   else
     st = braid__algo_all_gather(c, BRAID__ALGO_AUTO, mine, all, 2, BRAID_U32);

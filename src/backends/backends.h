@@ -20,9 +20,14 @@ extern const braid__backend braid__shm_backend;
 extern const braid__backend braid__tcp_backend;
 extern const braid__backend braid__hier_backend;
 extern const braid__backend braid__mpi_backend;
+extern const braid__backend braid__nccl_backend;
 
 #ifndef BRAID_WITH_MPI
 #define BRAID_WITH_MPI 0
+#endif
+
+#ifndef BRAID_WITH_NCCL
+#define BRAID_WITH_NCCL 0
 #endif
 
 #ifndef BRAID_WITH_HIER

@@ -137,6 +137,13 @@ struct braid__backend {
                               void *recv, const size_t *recv_counts, const size_t *recv_displs, braid_dtype dt);
 
   const braid__stream_ops *stream;
+
+  /* Communication memory and registration (optional; NULL: host memory from
+     braid_mem_alloc, registration a no-op). */
+  braid_status (*mem_alloc)(braid_comm *c, void **ptr, size_t size);
+  braid_status (*mem_free)(braid_comm *c, void *ptr);
+  braid_status (*mem_register)(braid_comm *c, void *buf, size_t size, void **handle);
+  braid_status (*mem_deregister)(braid_comm *c, void *handle);
 };
 
 #define BRAID_ERRLEN 512

@@ -15,7 +15,7 @@
 
 #define BRAID_PARAM_LIST(X)                                                                                           \
   X(BACKEND, "BRAID_BACKEND", STRING, NULL,                                                                           \
-    "backend of braid_init(NULL): self, shm, tcp, hier, mpi; unset or auto: self for one rank, mpi under mpirun "    \
+    "backend of braid_init(NULL): self, shm, tcp, hier, mpi, nccl; unset or auto: self for one rank, mpi under mpirun "    \
     "without a store (when built), else shm when every rank is on one node, hier when they are not")                 \
   X(RANK, "BRAID_RANK", INT, "0", "this process's rank in the job")                                                   \
   X(WORLD_SIZE, "BRAID_WORLD_SIZE", INT, "1", "number of ranks in the job")                                           \
@@ -85,6 +85,11 @@
     "tcp backend: SO_SNDBUF/SO_RCVBUF requested per socket, when the system's maximum allows that much (else the "    \
     "kernel sizes them)")                                                                                             \
   X(MPI_MAX_COUNT, "BRAID_MPI_MAX_COUNT", SIZE, "2147483647",                                                         \
-    "mpi backend: most bytes (and elements) one MPI call carries; larger messages and collectives go in pieces")
+    "mpi backend: most bytes (and elements) one MPI call carries; larger messages and collectives go in pieces")    \
+  X(NCCL_LIB, "BRAID_NCCL_LIB", STRING, "libnccl.so.2", "nccl backend: the NCCL library braid opens at run time")     \
+  X(CUDART_LIB, "BRAID_CUDART_LIB", STRING, "libcudart.so",                                                           \
+    "nccl backend: the CUDA runtime library braid opens at run time (then libcudart.so.13, .12, .11)")                \
+  X(CUDA_DEVICE, "BRAID_CUDA_DEVICE", INT, NULL,                                                                      \
+    "nccl backend: the CUDA device of this rank; unset: the local rank (modulo the devices visible)")
 
 #endif

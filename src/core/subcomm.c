@@ -31,9 +31,17 @@ static int has_native(const braid__backend *ops, int kind) {
 
 braid_status braid__comm_start(braid_comm *c) {
   for (int k = 1; k < BRAID__COLL_NKINDS; k++)
+  {
     if (c->algo[k] == 1 /* BRAID__ALGO_NATIVE */ && !has_native(c->ops, k))
       return braid__fail(c, BRAID_ERR_INVALID_ARG, "BRAID_ALGO asks for a native %s but backend %s has none",
                          braid__coll_short_name(k), c->ops->name);
+    /* The generic algorithms reduce and copy on the host. */
+    if (c->algo[k] > 1 && (c->ops->caps & BRAID__CAP_DEVICE_MEM))
+      return braid__fail(c, BRAID_ERR_INVALID_ARG,
+                         "BRAID_ALGO names a generic %s algorithm, but backend %s keeps buffers in device memory and "
+                         "runs only its own",
+                         braid__coll_short_name(k), c->ops->name);
+  }
   braid__trace_init(c);
   braid__trace_install_signal();
   braid__live_add(c);

@@ -299,6 +299,9 @@ int bt_backends(const char **names, int *max_ranks, int cap) {
     /* A backend whose world is its own (mpi) runs under its launcher, not
        on forked ranks: tests/mpi. */
     if (be && (be->caps & BRAID__CAP_OWN_WORLD)) continue;
+    /* Buffers in device memory (nccl): the host-memory tests cannot use
+       it; tests/unit/test_nccl.c covers it. */
+    if (be && (be->caps & BRAID__CAP_DEVICE_MEM)) continue;
     names[n] = name;
     max_ranks[n] = be && (be->caps & BRAID__CAP_SINGLE_RANK) ? 1 : 16;
     n++;

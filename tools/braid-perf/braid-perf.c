@@ -8,6 +8,7 @@
  * output logic is shared with the MPI and Gloo harnesses in bench/
  * (perf_core.c), so their numbers are defined identically.
  */
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,12 +80,51 @@ static int b_check(bctx *b, braid_status st) {
   return -1;
 }
 
+/* The backend's kind of memory: device memory on a GPU backend. */
 static void *b_mem_alloc(void *ctx, size_t bytes) {
   void *p = NULL;
-  return b_check(ctx, braid_mem_alloc(&p, bytes)) ? NULL : p;
+  return b_check(ctx, braid_comm_mem_alloc(((bctx *)ctx)->c, &p, bytes)) ? NULL : p;
 }
 
-static void b_mem_free(void *ctx, void *p) { (void)b_check(ctx, braid_mem_free(p)); }
+static void b_mem_free(void *ctx, void *p) { (void)b_check(ctx, braid_comm_mem_free(((bctx *)ctx)->c, p)); }
+
+/* A backend with a communication stream takes device memory: the checks
+   copy through the CUDA runtime braid uses (BRAID_CUDART_LIB), opened here
+   too so that braid-perf needs no CUDA at build time. */
+enum { H2D = 1, D2H = 2 };
+static int (*cuda_memcpy)(void *, const void *, size_t, int);
+static int (*cuda_device_sync)(void);
+
+static int open_cudart(void) {
+  const char *env = getenv("BRAID_CUDART_LIB");
+  const char *names[] = {env && *env ? env : "libcudart.so", "libcudart.so.13", "libcudart.so.12"};
+  for (size_t i = 0; i < (env && *env ? 1 : 3); i++) {
+    void *h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+    if (!h) continue;
+    *(void **)&cuda_memcpy = dlsym(h, "cudaMemcpy");
+    *(void **)&cuda_device_sync = dlsym(h, "cudaDeviceSynchronize");
+    if (cuda_memcpy) return 1;
+  }
+  return 0;
+}
+
+/* Synchronous copies; the device synchronization also orders a pageable
+   copy's DMA before the communication stream's next work. */
+static int b_copy(void *ctx, void *dst, const void *src, size_t bytes, int kind) {
+  bctx *b = ctx;
+  int e = cuda_memcpy(dst, src, bytes, kind);
+  if (!e && cuda_device_sync) e = cuda_device_sync();
+  if (e) snprintf(b->err, sizeof b->err, "cudaMemcpy of %zu bytes failed (CUDA error %d)", bytes, e);
+  return e != 0;
+}
+
+static int b_to_device(void *ctx, void *dev, const void *host, size_t bytes) {
+  return b_copy(ctx, dev, host, bytes, H2D);
+}
+
+static int b_to_host(void *ctx, void *host, const void *dev, size_t bytes) {
+  return b_copy(ctx, host, dev, bytes, D2H);
+}
 
 /* braid_all_reduce and braid_broadcast work in place only; sendrecv needs two
    buffers (a send may still read its buffer until braid_sync). */
@@ -226,6 +266,16 @@ int main(int argc, char **argv) {
       .mem_alloc = b_mem_alloc,
       .mem_free = b_mem_free,
   };
+  if (braid_has_stream_sync(c)) {
+    if (!open_cudart()) {
+      fprintf(stderr, "braid-perf: backend %s takes device memory, but the CUDA runtime (BRAID_CUDART_LIB or "
+                      "libcudart.so) cannot be opened here: %s\n", braid_backend(c), dlerror());
+      braid_destroy(c);
+      return PERF_EXIT_ERROR;
+    }
+    L.to_device = b_to_device;
+    L.to_host = b_to_host;
+  }
   rc = perf_run(&a, &L);
   free(b.a2av);
   st = braid_destroy(c);

@@ -953,10 +953,15 @@ typedef struct job {
   int root;
   size_t count; /* elements per rank (see perf_layer) */
   int inplace;
-  unsigned char *sbuf, *rbuf;
+  unsigned char *sbuf, *rbuf; /* what the checks fill and read (host mirrors of device buffers) */
   const void *send;
   void *recv;
+  unsigned char *dsbuf, *drbuf; /* device buffers (L->to_device), else NULL */
+  size_t span;                  /* bytes of each buffer a checked call may touch */
 } job;
+
+/* Device memory: a small buffer for the core's own reductions of host values. */
+static void *g_dev_scalar;
 
 static const char *g_prog = "braid-perf";
 
@@ -975,22 +980,45 @@ static void complete(perf_layer *L) {
   if (L->complete(L->ctx)) fail_exit(L, "completion (sync)");
 }
 
-static double max_over_ranks(perf_layer *L, double v) {
-  if (L->run(L->ctx, PERF_ALLREDUCE, &v, &v, 1, BRAID_F64, BRAID_MAX, 0, 1)) fail_exit(L, "all-reduce MAX of the times");
+/* One collective on an 8-byte host value, through device memory when the
+   library takes only that. */
+static void host_coll(perf_layer *L, perf_op op, void *v, braid_dtype dt, braid_op rop, const char *what) {
+  void *p = v;
+  if (L->to_device) {
+    p = g_dev_scalar;
+    if (L->to_device(L->ctx, p, v, 8)) fail_exit(L, what);
+  }
+  if (L->run(L->ctx, op, p, p, 1, dt, rop, 0, 1)) fail_exit(L, what);
   complete(L);
+  if (L->to_device && L->to_host(L->ctx, v, p, 8)) fail_exit(L, what);
+}
+
+static double max_over_ranks(perf_layer *L, double v) {
+  host_coll(L, PERF_ALLREDUCE, &v, BRAID_F64, BRAID_MAX, "all-reduce MAX of the times");
   return v;
 }
 
 static int64_t sum_over_ranks(perf_layer *L, int64_t v) {
-  if (L->run(L->ctx, PERF_ALLREDUCE, &v, &v, 1, BRAID_I64, BRAID_SUM, 0, 1)) fail_exit(L, "all-reduce SUM of #wrong");
-  complete(L);
+  host_coll(L, PERF_ALLREDUCE, &v, BRAID_I64, BRAID_SUM, "all-reduce SUM of #wrong");
   return v;
 }
 
 static int64_t bcast_from0(perf_layer *L, int64_t v) {
-  if (L->run(L->ctx, PERF_BROADCAST, &v, &v, 1, BRAID_I64, BRAID_SUM, 0, 1)) fail_exit(L, "broadcast of the iteration count");
-  complete(L);
+  host_coll(L, PERF_BROADCAST, &v, BRAID_I64, BRAID_SUM, "broadcast of the iteration count");
   return v;
+}
+
+/* A checked call: with device buffers the filled mirrors go over first
+   and the results come back after. */
+static void run_checked(const job *J) {
+  perf_layer *L = J->L;
+  if (J->dsbuf && (L->to_device(L->ctx, J->dsbuf, J->sbuf, J->span) ||
+                   L->to_device(L->ctx, J->drbuf, J->rbuf, J->span)))
+    fail_exit(L, "copy to the device");
+  run1(J);
+  complete(L);
+  if (J->dsbuf && (L->to_host(L->ctx, J->sbuf, J->dsbuf, J->span) || L->to_host(L->ctx, J->rbuf, J->drbuf, J->span)))
+    fail_exit(L, "copy from the device");
 }
 
 /* Per-iteration seconds of the slowest rank over iters back-to-back calls. */
@@ -1047,8 +1075,7 @@ static int64_t check_once(const job *J) {
     for (size_t j = 0; j < c; j++) red_in(&p, me, j, in + j * esz);
     if (!J->inplace) memset(J->rbuf, SENTINEL, c * esz);
     if (L->barrier(L->ctx)) fail_exit(L, "barrier");
-    run1(J);
-    complete(L);
+    run_checked(J);
     for (size_t j = 0; j < c; j++) bad += red_wrong(&p, j, J->rbuf + j * esz);
     break;
   }
@@ -1058,8 +1085,7 @@ static int64_t check_once(const job *J) {
     if (J->inplace) out = L->rs_inplace_result_at_start ? J->sbuf : J->sbuf + (size_t)me * c * esz;
     else memset(J->rbuf, SENTINEL, c * esz);
     if (L->barrier(L->ctx)) fail_exit(L, "barrier");
-    run1(J);
-    complete(L);
+    run_checked(J);
     for (size_t j = 0; j < c; j++) bad += red_wrong(&p, (uint64_t)me * c + j, out + j * esz);
     break;
   }
@@ -1069,8 +1095,7 @@ static int64_t check_once(const job *J) {
     else
       memset(J->rbuf, SENTINEL, c * esz);
     if (L->barrier(L->ctx)) fail_exit(L, "barrier");
-    run1(J);
-    complete(L);
+    run_checked(J);
     for (size_t j = 0; j < c; j++) bad += mv_wrong(d, J->root, j, J->rbuf + j * esz);
     break;
   case PERF_ALLGATHER: {
@@ -1078,8 +1103,7 @@ static int64_t check_once(const job *J) {
     unsigned char *in = J->inplace ? J->rbuf + (size_t)me * c * esz : J->sbuf;
     for (size_t j = 0; j < c; j++) mv_in(d, me, j, in + j * esz);
     if (L->barrier(L->ctx)) fail_exit(L, "barrier");
-    run1(J);
-    complete(L);
+    run_checked(J);
     for (int r = 0; r < n; r++)
       for (size_t j = 0; j < c; j++) bad += mv_wrong(d, r, j, J->rbuf + ((size_t)r * c + j) * esz);
     break;
@@ -1088,8 +1112,7 @@ static int64_t check_once(const job *J) {
     for (size_t j = 0; j < c; j++) mv_in(d, me, j, J->sbuf + j * esz);
     memset(J->rbuf, SENTINEL, c * esz);
     if (L->barrier(L->ctx)) fail_exit(L, "barrier");
-    run1(J);
-    complete(L);
+    run_checked(J);
     int prev = (me - 1 + n) % n;
     for (size_t j = 0; j < c; j++) bad += mv_wrong(d, prev, j, J->rbuf + j * esz);
     break;
@@ -1100,8 +1123,7 @@ static int64_t check_once(const job *J) {
     for (size_t j = 0; j < c; j++) red_in(&p, me, j, in + j * esz);
     if (root && !J->inplace) memset(J->rbuf, SENTINEL, c * esz);
     if (L->barrier(L->ctx)) fail_exit(L, "barrier");
-    run1(J);
-    complete(L);
+    run_checked(J);
     for (size_t j = 0; root && j < c; j++) bad += red_wrong(&p, j, J->rbuf + j * esz);
     break;
   }
@@ -1111,8 +1133,7 @@ static int64_t check_once(const job *J) {
     unsigned char *in = J->inplace && root ? J->rbuf + (size_t)me * c * esz : J->sbuf;
     for (size_t j = 0; j < c; j++) mv_in(d, me, j, in + j * esz);
     if (L->barrier(L->ctx)) fail_exit(L, "barrier");
-    run1(J);
-    complete(L);
+    run_checked(J);
     for (int r = 0; root && r < n; r++)
       for (size_t j = 0; j < c; j++) bad += mv_wrong(d, r, j, J->rbuf + ((size_t)r * c + j) * esz);
     break;
@@ -1124,8 +1145,7 @@ static int64_t check_once(const job *J) {
     unsigned char *out = J->inplace && root ? J->sbuf + (size_t)me * c * esz : J->rbuf;
     if (out == J->rbuf) memset(J->rbuf, SENTINEL, c * esz);
     if (L->barrier(L->ctx)) fail_exit(L, "barrier");
-    run1(J);
-    complete(L);
+    run_checked(J);
     for (size_t j = 0; j < c; j++) bad += mv_wrong(d, me, j, out + j * esz);
     break;
   }
@@ -1135,8 +1155,7 @@ static int64_t check_once(const job *J) {
       for (size_t j = 0; j < c; j++) mv_in(d, me, (uint64_t)q * c + j, in + ((size_t)q * c + j) * esz);
     if (!J->inplace) memset(J->rbuf, SENTINEL, c * (size_t)n * esz);
     if (L->barrier(L->ctx)) fail_exit(L, "barrier");
-    run1(J);
-    complete(L);
+    run_checked(J);
     for (int q = 0; q < n; q++)
       for (size_t j = 0; j < c; j++) bad += mv_wrong(d, q, (uint64_t)me * c + j, J->rbuf + ((size_t)q * c + j) * esz);
     break;
@@ -1150,8 +1169,7 @@ static int64_t check_once(const job *J) {
       for (size_t k = 0; k < sc[q]; k++) mv_in(d, me, ((uint64_t)q << 32) + k, J->sbuf + (sd[q] + k) * esz);
     memset(J->rbuf, SENTINEL, (rd[n - 1] + rc[n - 1]) * esz);
     if (L->barrier(L->ctx)) fail_exit(L, "barrier");
-    run1(J);
-    complete(L);
+    run_checked(J);
     for (int q = 0; q < n; q++)
       for (size_t k = 0; k < rc[q]; k++) bad += mv_wrong(d, q, ((uint64_t)me << 32) + k, J->rbuf + (rd[q] + k) * esz);
     free(v);
@@ -1192,7 +1210,8 @@ static void print_table_header(const perf_args *a, perf_layer *L, perf_op op, co
   if (a->iters > 0) printf(" iters: %ld", a->iters);
   else printf(" iters: adaptive (~%g s per size)", a->target_s);
   printf(" validation: %d", a->check);
-  if (a->lib_mem) printf(" buffers: library allocator");
+  if (L->to_device) printf(" buffers: device memory (library allocator)");
+  else if (a->lib_mem) printf(" buffers: library allocator");
   printf("\n#\n");
   printf("# Using hosts\n");
   for (int r = 0; r < L->nranks; r++) printf("#  Rank %2d %s\n", r, hosts + (size_t)r * hostlen);
@@ -1263,16 +1282,22 @@ static void print_json(perf_layer *L, const perf_args *a, perf_op op, braid_dtyp
          "\"wrong\":%s}\n",
          perf_op_name(op), backend, L->nranks, op == PERF_BARRIER ? "none" : perf_dtype_name(dt),
          op_reduces(op) ? perf_redop_name(rop) : "none", op_rooted(op) ? a->root : -1, bytes, count,
-         inplace ? "true" : "false", a->lib_mem ? "library" : "heap", r->time_s * 1e6, r->algbw, r->busbw, wrong);
+         inplace ? "true" : "false", L->to_device ? "device" : a->lib_mem ? "library" : "heap", r->time_s * 1e6, r->algbw, r->busbw, wrong);
   fflush(stdout);
 }
 
 /* ------------------------------------------------------------------ driver */
 
+/* Host buffers: the library's (-R 1) or the heap's; with device buffers
+   the host ones are mirrors from the heap. */
 static void buf_free(const perf_args *a, perf_layer *L, void *p) {
   if (!p) return;
-  if (a->lib_mem) L->mem_free(L->ctx, p);
+  if (a->lib_mem && !L->to_device) L->mem_free(L->ctx, p);
   else free(p);
+}
+
+static void dev_free(perf_layer *L, void *p) {
+  if (p) L->mem_free(L->ctx, p);
 }
 
 typedef struct totals {
@@ -1282,8 +1307,16 @@ typedef struct totals {
 } totals;
 
 /* Runs every size of one (op, dtype, redop) combination. */
+/* Where a host-mirror pointer points in the device buffers. */
+static const unsigned char *to_dev_ptr(const job *J, const void *p) {
+  const unsigned char *q = p;
+  if (q >= J->sbuf && q < J->sbuf + J->span) return J->dsbuf + (q - J->sbuf);
+  return J->drbuf + (q - J->rbuf);
+}
+
 static void run_combo(const perf_args *a, perf_layer *L, perf_op op, braid_dtype dt, braid_op rop,
-                      unsigned char *sbuf, unsigned char *rbuf, totals *tot) {
+                      unsigned char *sbuf, unsigned char *rbuf, unsigned char *dsbuf, unsigned char *drbuf,
+                      size_t bufbytes, totals *tot) {
   const int n = L->nranks;
   const size_t esz = perf_dtype_size(dt);
   const unsigned places = L->placements(L->ctx, op);
@@ -1301,7 +1334,9 @@ static void run_combo(const perf_args *a, perf_layer *L, perf_op op, braid_dtype
       for (int k = 0; k < 2; k++) {
         int inplace = k == 1;
         if (op == PERF_BARRIER ? inplace : !(places & (inplace ? PERF_INPLACE : PERF_OOP))) continue;
-        job J = {L, op, dt, rop, a->root, count, inplace, sbuf, rbuf, NULL, NULL};
+        job J = {L, op, dt, rop, a->root, count, inplace, sbuf, rbuf, NULL, NULL, dsbuf, drbuf, 0};
+        size_t span = count * (size_t)n * esz + esz * (size_t)n; /* the most any op touches */
+        J.span = span < bufbytes ? span : bufbytes;
         switch (op) {
         case PERF_ALLREDUCE: J.send = inplace ? rbuf : sbuf; J.recv = rbuf; break;
         case PERF_BROADCAST: J.send = rbuf; J.recv = rbuf; break;
@@ -1325,11 +1360,17 @@ static void run_combo(const perf_args *a, perf_layer *L, perf_op op, braid_dtype
         case PERF_ALLTOALLV: J.send = sbuf; J.recv = rbuf; break;
         default: break;
         }
+        if (dsbuf) {
+          J.send = to_dev_ptr(&J, J.send);
+          J.recv = (void *)to_dev_ptr(&J, J.recv);
+        }
         /* Timed loops run on zeros: in-place reductions would otherwise grow
            the values call after call (overflow, NaN, denormal slow paths). */
         if (bytes) {
           memset(sbuf, 0, bytes);
           memset(rbuf, 0, bytes);
+          if (dsbuf && (L->to_device(L->ctx, dsbuf, sbuf, bytes) || L->to_device(L->ctx, drbuf, rbuf, bytes)))
+            fail_exit(L, "copy to the device");
         }
         double t = measure(a, &J);
         res[k].have = 1;
@@ -1408,8 +1449,19 @@ int perf_run(const perf_args *a, perf_layer *L) {
       fprintf(stderr, "%s: invalid value '1' for -R (mem): %s has no allocator of its own\n", a->prog, L->library);
     return PERF_EXIT_USAGE;
   }
-  unsigned char *sbuf = NULL, *rbuf = NULL;
-  if (a->lib_mem) {
+  unsigned char *sbuf = NULL, *rbuf = NULL, *dsbuf = NULL, *drbuf = NULL;
+  if (L->to_device) {
+    /* Device buffers from the library, host mirrors for the checks. */
+    dsbuf = L->mem_alloc(L->ctx, bufbytes);
+    drbuf = dsbuf ? L->mem_alloc(L->ctx, bufbytes) : NULL;
+    g_dev_scalar = drbuf ? L->mem_alloc(L->ctx, (size_t)n * 80 + 64) : NULL;
+    if (!g_dev_scalar) {
+      fprintf(stderr, "%s (rank %d): out of device memory for two buffers of %zu bytes: %s\n", a->prog, L->rank,
+              bufbytes, L->last_error(L->ctx));
+      return PERF_EXIT_ERROR;
+    }
+  }
+  if (a->lib_mem && !L->to_device) {
     sbuf = L->mem_alloc(L->ctx, bufbytes);
     rbuf = sbuf ? L->mem_alloc(L->ctx, bufbytes) : NULL;
   } else if (posix_memalign((void **)&sbuf, 4096, bufbytes) || posix_memalign((void **)&rbuf, 4096, bufbytes)) {
@@ -1423,6 +1475,8 @@ int perf_run(const perf_args *a, perf_layer *L) {
   }
   memset(sbuf, 0, bufbytes);
   memset(rbuf, 0, bufbytes);
+  if (dsbuf && (L->to_device(L->ctx, dsbuf, sbuf, bufbytes) || L->to_device(L->ctx, drbuf, rbuf, bufbytes)))
+    fail_exit(L, "copy to the device");
 
   /* Host and pid of every rank, for the header (nccl-tests prints the same). */
   enum { HOSTLEN = 80 };
@@ -1440,10 +1494,13 @@ int perf_run(const perf_args *a, perf_layer *L) {
   }
   if (!a->json) {
     memcpy(hosts + (size_t)L->rank * HOSTLEN, mine, HOSTLEN);
-    if (L->run(L->ctx, PERF_ALLGATHER, hosts + (size_t)L->rank * HOSTLEN, hosts, HOSTLEN, BRAID_U8, BRAID_SUM, 0,
-               1))
+    char *hb = L->to_device ? g_dev_scalar : hosts;
+    if (L->to_device && L->to_device(L->ctx, hb + (size_t)L->rank * HOSTLEN, mine, HOSTLEN))
+      fail_exit(L, "copy to the device");
+    if (L->run(L->ctx, PERF_ALLGATHER, hb + (size_t)L->rank * HOSTLEN, hb, HOSTLEN, BRAID_U8, BRAID_SUM, 0, 1))
       fail_exit(L, "all-gather of host names");
     complete(L);
+    if (L->to_device && L->to_host(L->ctx, hosts, hb, (size_t)n * HOSTLEN)) fail_exit(L, "copy from the device");
   }
 
   int64_t wrong_all = 0;
@@ -1464,7 +1521,7 @@ int perf_run(const perf_args *a, perf_layer *L) {
           if (L->rank == 0 && !a->json) printf("# skipped %s %s: %s\n", perf_dtype_name(dt), perf_redop_name(rop), why);
           continue;
         }
-        run_combo(a, L, op, dt, rop, sbuf, rbuf, &tot);
+        run_combo(a, L, op, dt, rop, sbuf, rbuf, dsbuf, drbuf, bufbytes, &tot);
         ran = 1;
       }
       if (op == PERF_BARRIER && ran) break;
@@ -1483,6 +1540,9 @@ int perf_run(const perf_args *a, perf_layer *L) {
     wrong_all += tot.wrong;
   }
   free(hosts);
+  dev_free(L, dsbuf);
+  dev_free(L, drbuf);
+  dev_free(L, g_dev_scalar);
   buf_free(a, L, sbuf);
   buf_free(a, L, rbuf);
   return wrong_all ? PERF_EXIT_WRONG : PERF_EXIT_OK;

@@ -79,6 +79,12 @@ typedef struct perf_layer {
      (braid_mem_alloc, MPI_Alloc_mem); NULL: the layer has none. */
   void *(*mem_alloc)(void *ctx, size_t bytes);
   void (*mem_free)(void *ctx, void *p);
+  /* Optional: the library takes device memory (a GPU backend). Buffers
+     then come from mem_alloc, and the core fills and checks host mirrors
+     copied through these around each checked call and around its own
+     small reductions; timed loops touch device memory only. 0 on success. */
+  int (*to_device)(void *ctx, void *dev, const void *host, size_t bytes);
+  int (*to_host)(void *ctx, void *host, const void *dev, size_t bytes);
 } perf_layer;
 
 #define PERF_MAX_ITEMS 32

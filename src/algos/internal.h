@@ -161,6 +161,14 @@ braid_status braid__rhd_reduce(braid_comm *c, const braid__red *R, const braid__
 braid_status braid__ring_ag(braid_comm *c, const braid__blocks *B, braid_dtype dt, const void *own, void *buf,
                             uint64_t step0);
 
+/* The root of a gather (is_send 0: receives) or scatter (1: sends), whose
+   buffer holds block p at p*count. tree: the binomial children kids (their
+   relative ranks), each with its subtree's range of blocks; linear: every
+   other rank's block. Complete before returning. */
+braid_status braid__root_tree(braid_comm *c, int is_send, void *buf, size_t count, braid_dtype dt, int root,
+                              const int *kids, int nk);
+braid_status braid__root_linear(braid_comm *c, int is_send, void *buf, size_t count, braid_dtype dt, int root);
+
 /* One transfer with peer (is_send: send buf, else receive into it),
    complete before returning. */
 static inline braid_status braid__algo_xfer(braid_comm *c, int is_send, void *buf, size_t count, braid_dtype dt,

@@ -11,7 +11,7 @@
 
 #include "algos/internal.h"
 
-enum { MAX_KIDS = 32, MAXQ = 64 };
+enum { MAX_KIDS = 32 };
 
 static braid_status sc_tree(braid_comm *c, const void *send, void *recv, size_t count, braid_dtype dt, int root) {
   const int n = c->size, v = braid__rel_rank(c->rank, root, n);
@@ -20,17 +20,7 @@ static braid_status sc_tree(braid_comm *c, const void *send, void *recv, size_t 
   const int nk = braid__binomial_children(v, n, kids, MAX_KIDS);
   braid__req *q[2 * MAX_KIDS + 2] = {0};
   braid_status st = BRAID_OK;
-  if (v == 0) {
-    for (int i = 0; i < nk; i++) {
-      int len = braid__binomial_subtree(kids[i], n), head = braid__range_head(kids[i], len, root, n);
-      int to = braid__abs_rank(kids[i], root, n);
-      if ((st = braid__algo_send(c, braid__cat(send, (size_t)to * count, esz), (size_t)head * count, dt, to, 0,
-                                 &q[2 * i])) ||
-          (st = braid__algo_send(c, send, (size_t)(len - head) * count, dt, to, 1, &q[2 * i + 1])))
-        goto fail;
-    }
-    return braid__waitall(c, q, 2 * nk);
-  }
+  if (v == 0) return braid__root_tree(c, 1, (void *)send, count, dt, root, kids, nk);
   const int up = braid__binomial_parent(v), parent = braid__abs_rank(up, root, n);
   if (nk == 0) return braid__algo_xfer(c, 0, recv, count, dt, parent, 0);
   const int len = braid__binomial_subtree(v, n);
@@ -56,27 +46,8 @@ fail:
 }
 
 static braid_status sc_linear(braid_comm *c, const void *send, void *recv, size_t count, braid_dtype dt, int root) {
-  const int n = c->size;
   if (c->rank != root) return braid__algo_xfer(c, 0, recv, count, dt, root, 0);
-  braid__req *q[MAXQ] = {0};
-  braid_status st = BRAID_OK;
-  int nq = 0;
-  for (int p = 0; p < n; p++) {
-    if (p == root) continue;
-    if (nq == MAXQ) { /* many ranks: the blocks leave in batches */
-      if ((st = braid__waitall(c, q, nq))) goto fail;
-      nq = 0;
-    }
-    if ((st = braid__algo_send(c, braid__cat(send, (size_t)p * count, braid_dtype_size(dt)), count, dt, p, 0,
-                               &q[nq++])))
-      goto fail;
-  }
-  if ((st = braid__waitall(c, q, nq))) goto fail;
-  return BRAID_OK;
-
-fail:
-  braid__algo_drain(c, q, MAXQ);
-  return st;
+  return braid__root_linear(c, 1, (void *)send, count, dt, root);
 }
 
 braid_status braid__algo_scatter(braid_comm *c, int algo, const void *send, void *recv, size_t count,

@@ -23,6 +23,7 @@
 #include "backends/backends.h"
 #include "braid.h"
 #include "harness.h"
+#include "p2p_check.h"
 
 #if BRAID_WITH_TCP
 
@@ -457,51 +458,6 @@ static int test_p2p_ordered(void) {
 }
 
 /* The same sentences as on shm (test_shm's p2p_mismatch). */
-static int body_mismatch(braid_comm *c, int rank, int n, void *arg) {
-  (void)n;
-  size_t base = *(const size_t *)arg; /* 3: eager; large: rendezvous */
-  double *s = malloc((base + 1) * 8), *r = calloc(base + 1, 8);
-  BT_CHECK(s && r, "oom");
-  for (size_t i = 0; i <= base; i++) s[i] = (double)i + 0.5;
-  int go = 1;
-  if (rank == 0) {
-    BT_CHECK_OK(braid_send(c, s, base, BRAID_F64, 1, 5), c);
-    BT_CHECK_OK(braid_send(c, &go, 1, BRAID_I32, 1, 9), c);
-    if (base * 8 <= (1u << 20)) BT_CHECK_OK(braid_sync(c), c); /* a rendezvous send completes when received */
-    BT_CHECK_OK(braid_recv(c, &go, 1, BRAID_I32, 1, 8), c);
-    BT_CHECK_OK(braid_sync(c), c);
-    BT_CHECK_OK(braid_send(c, s, base, BRAID_F64, 1, 6), c);
-    BT_CHECK_OK(braid_sync(c), c);
-  } else {
-    BT_CHECK_OK(braid_recv(c, &go, 1, BRAID_I32, 0, 9), c);
-    BT_CHECK_OK(braid_sync(c), c);
-    /* Arrived before the receive: the receive fails at once, the message stays. */
-    BT_CHECK_ST(braid_recv(c, r, base - 1, BRAID_F64, 0, 5), BRAID_ERR_MISMATCH, c);
-    char want[200];
-    snprintf(want, sizeof want,
-             "message from rank 0 with tag 5 has %zu elements of f64 (%zu bytes) but the receive expects %zu "
-             "elements of f64 (%zu bytes)",
-             base, base * 8, base - 1, (base - 1) * 8);
-    BT_CHECK_MSG(c, want);
-    BT_CHECK_OK(braid_recv(c, r, base, BRAID_F64, 0, 5), c);
-    BT_CHECK_OK(braid_sync(c), c);
-    for (size_t i = 0; i < base; i++) BT_CHECK(r[i] == s[i], "tag 5 element %zu", i);
-    /* Posted before the message: the sync that would complete it fails. */
-    BT_CHECK_OK(braid_recv(c, r, base + 1, BRAID_F64, 0, 6), c);
-    BT_CHECK_OK(braid_send(c, &go, 1, BRAID_I32, 0, 8), c);
-    BT_CHECK_ST(braid_sync(c), BRAID_ERR_MISMATCH, c);
-    BT_CHECK_MSG(c, "with tag 6 has");
-    memset(r, 0, (base + 1) * 8);
-    BT_CHECK_OK(braid_recv(c, r, base, BRAID_F64, 0, 6), c);
-    BT_CHECK_OK(braid_sync(c), c);
-    for (size_t i = 0; i < base; i++) BT_CHECK(r[i] == s[i], "tag 6 element %zu", i);
-  }
-  BT_CHECK_OK(braid_barrier(c), c);
-  free(s);
-  free(r);
-  return 0;
-}
-
 /* A wrong-shaped receive of a message that already sits in the socket fails
    at once, as when the message had been read before. */
 static int body_mismatch_waiting(braid_comm *c, int rank, int n, void *arg) {
@@ -526,7 +482,9 @@ static int body_mismatch_waiting(braid_comm *c, int rank, int n, void *arg) {
 
 static int test_p2p_mismatch(void) {
   size_t small = 3, large = 200000;
-  return run(2, body_mismatch, &small) || run(2, body_mismatch, &large) || run(2, body_mismatch_waiting, NULL);
+  /* A send above 1 MiB waits for its receive (rendezvous) before braid_sync returns. */
+  bt_p2p_mismatch_arg s = {small, 1u << 20}, l = {large, 1u << 20};
+  return run(2, bt_body_p2p_mismatch, &s) || run(2, bt_body_p2p_mismatch, &l) || run(2, body_mismatch_waiting, NULL);
 }
 
 /* Messages to this rank itself, eager and large, before and after the receive. */

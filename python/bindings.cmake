@@ -65,6 +65,17 @@ foreach(n 1 2 3 4)
     ENVIRONMENT "${_bind_py_env}" SKIP_RETURN_CODE 77 TIMEOUT 900 LABELS "bindings;python")
 endforeach()
 
+# The binding's stream/event hooks on backend nccl, against the NCCL stand-in.
+if(TARGET braid_nccl_double)
+  add_test(NAME python_nccl_double
+    COMMAND bash ${_bind_py_run} 2 $<TARGET_FILE:braidrun> ${BRAID_PYTHON} numpy,pytest ${_bind_pytest}
+      ${_bind_tests}/test_nccl_double.py
+    WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
+  set_tests_properties(python_nccl_double PROPERTIES
+    ENVIRONMENT "${_bind_py_env};BT_BRAIDRUN_ARGS=--backend nccl;BT_NCCL_DOUBLE=1;BRAID_NCCL_LIB=$<TARGET_FILE:braid_nccl_double>;BRAID_CUDART_LIB=$<TARGET_FILE:braid_nccl_double>"
+    SKIP_RETURN_CODE 77 TIMEOUT 300 LABELS "bindings;python")
+endif()
+
 add_test(NAME python_example_allreduce_numpy
   COMMAND bash ${_bind_py_run} 4 $<TARGET_FILE:braidrun> ${BRAID_PYTHON} numpy
     ${PROJECT_SOURCE_DIR}/examples/python/allreduce_numpy.py

@@ -29,5 +29,8 @@ for m in "${mods[@]}"; do
   fi
 done
 [ -x "$braidrun" ] || { echo "braidrun not found at $braidrun"; exit 1; }
-echo "braid library: ${BRAID_LIBRARY:-(search)}; running: braidrun -n $n $py $*"
-exec "$braidrun" -n "$n" --timeout 900 --tag-output "$py" "$@"
+# BT_BRAIDRUN_ARGS: more braidrun options (e.g. --backend nccl; braidrun does
+# not pass an inherited BRAID_BACKEND on).
+read -r -a extra <<<"${BT_BRAIDRUN_ARGS:-}"
+echo "braid library: ${BRAID_LIBRARY:-(search)}; running: braidrun -n $n ${extra[*]} $py $*"
+exec "$braidrun" -n "$n" --timeout 900 --tag-output "${extra[@]}" "$py" "$@"

@@ -567,6 +567,65 @@ static int test_stream_events(void) {
   return 0;
 }
 
+/* Grouped calls: collectives queued and enqueued at the group's end, with
+   the group's sends and receives; in-place rooted calls; all-to-allv in place. */
+static int body_group(braid_comm *c, int rank, int n, void *arg) {
+  (void)arg;
+  NEED_CUDA();
+  float a[4], b[4], g[4];
+  for (int i = 0; i < 4; i++) a[i] = (float)(rank + i), b[i] = 1;
+  float *da = dev_alloc(sizeof a), *db = dev_alloc(sizeof b), *dm = dev_alloc(16 * sizeof(float));
+  BT_CHECK(da && db && dm && h2d(da, a, sizeof a) && h2d(db, b, sizeof b), "h2d");
+  BT_CHECK_OK(braid_group_start(), NULL);
+  BT_CHECK_OK(braid_all_reduce(c, da, 4, BRAID_F32, BRAID_SUM), c);
+  BT_CHECK_OK(braid_send(c, db, 4, BRAID_F32, (rank + 1) % n, 3), c);
+  BT_CHECK_OK(braid_recv(c, dm, 4, BRAID_F32, (rank + n - 1) % n, 3), c);
+  BT_CHECK_OK(braid_all_reduce(c, db, 4, BRAID_F32, BRAID_MAX), c);
+  BT_CHECK_OK(braid_group_end(), NULL);
+  BT_CHECK_OK(braid_sync(c), c);
+  BT_CHECK(d2h(g, da, sizeof g), "d2h");
+  for (int i = 0; i < 4; i++) BT_CHECK(g[i] == (float)(n * (n - 1) / 2 + n * i), "grouped all-reduce [%d] %g", i, g[i]);
+  BT_CHECK(d2h(g, dm, sizeof g) && g[0] == 1, "grouped receive");
+  /* reduce and gather in place at the root */
+  for (int i = 0; i < 4; i++) a[i] = (float)(rank + 1);
+  BT_CHECK(h2d(da, a, sizeof a), "h2d");
+  BT_CHECK_OK(braid_reduce(c, da, da, 4, BRAID_F32, BRAID_SUM, 0), c);
+  BT_CHECK_OK(braid_sync(c), c);
+  if (rank == 0) {
+    BT_CHECK(d2h(g, da, sizeof g), "d2h");
+    BT_CHECK(g[3] == (float)(n * (n + 1) / 2), "in-place reduce %g", g[3]);
+  }
+  float one = (float)rank;
+  BT_CHECK(h2d(dm + rank, &one, sizeof one), "h2d");
+  BT_CHECK_OK(braid_gather(c, dm + rank, dm, 1, BRAID_F32, n - 1), c);
+  BT_CHECK_OK(braid_sync(c), c);
+  if (rank == n - 1) {
+    float gg[16];
+    BT_CHECK(d2h(gg, dm, (size_t)n * sizeof(float)), "d2h");
+    for (int r = 0; r < n; r++) BT_CHECK(gg[r] == (float)r, "in-place gather [%d] %g", r, gg[r]);
+  }
+  /* all-to-allv in place: one element to every rank */
+  size_t cnt[4], dsp[4];
+  float v[4], w[4];
+  for (int j = 0; j < n; j++) cnt[j] = 1, dsp[j] = (size_t)j, v[j] = (float)(rank * 10 + j);
+  BT_CHECK(h2d(dm, v, (size_t)n * sizeof(float)), "h2d");
+  BT_CHECK_OK(braid_all_to_allv(c, dm, NULL, NULL, dm, cnt, dsp, BRAID_F32), c);
+  BT_CHECK_OK(braid_sync(c), c);
+  BT_CHECK(d2h(w, dm, (size_t)n * sizeof(float)), "d2h");
+  for (int j = 0; j < n; j++) BT_CHECK(w[j] == (float)(j * 10 + rank), "all-to-allv in place [%d] %g", j, w[j]);
+  cu.free_(da);
+  cu.free_(db);
+  cu.free_(dm);
+  return 0;
+}
+
+static int test_group_and_in_place(void) {
+  if (!libs_ready()) return BT_SKIP;
+  for (int n = 2; n <= 4; n++)
+    if (run_env(n, 60, NULL, body_group, NULL, 0, NULL)) return 1;
+  return 0;
+}
+
 /* ---------------------------------------------------------------- split, memory */
 
 static int body_split(braid_comm *c, int rank, int n, void *arg) {
@@ -827,7 +886,7 @@ int main(int argc, char **argv) {
       BT_CASE(test_generic_algorithms_refused), {"test_collectives", test_collectives, 300},
       BT_CASE(test_unsupported_reductions), {"test_send_recv", test_send_recv, 300},
       BT_CASE(test_send_recv_mismatch),  BT_CASE(test_collective_mismatch),
-      BT_CASE(test_stream_events),       BT_CASE(test_split),
+      BT_CASE(test_stream_events),       BT_CASE(test_group_and_in_place), BT_CASE(test_split),
       BT_CASE(test_memory),              BT_CASE(test_async_error_run),
       BT_CASE(test_stall_run),           BT_CASE(test_killed_rank),
       BT_CASE(test_abort),               BT_CASE(test_no_leaks),

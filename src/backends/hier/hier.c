@@ -228,6 +228,15 @@ static void hier_destroy(braid_comm *c, double timeout_s) {
   hier_state *s = c->be;
   if (!s) return;
   hier_p2p_free(c);
+  /* A failed hier leaves its parts' unfinished requests behind, naming
+     buffers its calls no longer own: the parts fail too, so their release
+     abandons that work instead of sending from those buffers. */
+  int failed = atomic_load(&c->failed);
+  braid_comm *parts[3] = {s->flat, s->rail, s->intra};
+  for (int i = 0; i < 3 && failed; i++) {
+    int healthy = 0;
+    if (parts[i]) atomic_compare_exchange_strong(&parts[i]->failed, &healthy, failed);
+  }
   free_parts(s, timeout_s);
   state_free(s);
   c->be = NULL;

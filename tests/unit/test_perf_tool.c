@@ -1072,7 +1072,7 @@ static const bt_case cases[] = {
     BT_CASE(test_core_tables),             BT_CASE(test_core_small_floats), BT_CASE(test_core_check_any_order),
     BT_CASE(test_core_call_counts),        BT_CASE(test_core_adaptive),    BT_CASE(test_core_wrong),
     BT_CASE(test_core_many_ranks),         BT_CASE(test_core_library_error), BT_CASE(test_core_json_string),
-    BT_CASE(test_shm_every_pair),          BT_CASE(test_shm_header),       BT_CASE(test_core_lib_mem),
+    {"test_shm_every_pair", test_shm_every_pair, 400}, BT_CASE(test_shm_header),       BT_CASE(test_core_lib_mem),
 };
 
 int main(int argc, char **argv) {

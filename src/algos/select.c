@@ -68,34 +68,36 @@ typedef struct rule {
   size_t max_vec;   /* vector at most this many bytes; 0: any */
   size_t max_block; /* block under this many bytes (vector < n * max_block); 0: any */
   const char *why;
+  int max_ranks;    /* 0: any */
 } rule;
 
 #define KIB ((size_t)1024)
 static const rule TABLE[] = {
-    {BRAID__COLL_ALL_REDUCE, BRAID__ALGO_RD, 0, 0, 0, 4 * KIB, 0, "log2 n rounds of the whole vector: latency first"},
-    {BRAID__COLL_ALL_REDUCE, BRAID__ALGO_RHD, 1, 0, 0, 0, 32 * KIB, "2 log2 n rounds moving the ring's bytes"},
-    {BRAID__COLL_ALL_REDUCE, BRAID__ALGO_RHD, 0, 0, 0, 0, 8 * KIB, "folding costs two more whole-vector transfers"},
-    {BRAID__COLL_ALL_REDUCE, BRAID__ALGO_RING, 0, 0, 0, 0, 0, "2(n-1) pipelined steps, bandwidth-optimal"},
-    {BRAID__COLL_BROADCAST, BRAID__ALGO_CHAIN, 0, 1, 0, 0, 0, "chunks flow down the chain while later ones follow"},
-    {BRAID__COLL_BROADCAST, BRAID__ALGO_KNOMIAL, 0, 0, 8, 16 * KIB, 0, "ceil(log4 n) rounds of up to 3 overlapping sends"},
-    {BRAID__COLL_BROADCAST, BRAID__ALGO_TREE, 0, 0, 0, 0, 0, "binomial: ceil(log2 n) rounds of whole messages"},
-    {BRAID__COLL_ALL_GATHER, BRAID__ALGO_RD, 1, 0, 0, 64 * KIB, 0, "log2 n rounds received in place"},
-    {BRAID__COLL_ALL_GATHER, BRAID__ALGO_BRUCK, 0, 0, 0, 64 * KIB, 0, "ceil(log2 n) rounds through a rotated copy"},
-    {BRAID__COLL_ALL_GATHER, BRAID__ALGO_RING, 0, 0, 0, 0, 0, "n-1 pipelined steps, bandwidth-optimal"},
-    {BRAID__COLL_REDUCE_SCATTER, BRAID__ALGO_RHD, 1, 0, 0, 0, 32 * KIB, "log2 n halving rounds moving the ring's bytes"},
-    {BRAID__COLL_REDUCE_SCATTER, BRAID__ALGO_RHD, 0, 0, 0, 0, 8 * KIB, "folding costs a whole-vector transfer more"},
-    {BRAID__COLL_REDUCE_SCATTER, BRAID__ALGO_RING, 0, 0, 0, 0, 0, "n-1 pipelined steps, bandwidth-optimal"},
-    {BRAID__COLL_BARRIER, BRAID__ALGO_DISSEM, 0, 0, 0, 0, 0, "ceil(log2 n) rounds of empty messages"},
-    {BRAID__COLL_REDUCE, BRAID__ALGO_TREE, 0, 0, 0, 16 * KIB, 0, "binomial: ceil(log2 n) rounds of whole vectors"},
-    {BRAID__COLL_REDUCE, BRAID__ALGO_RING, 0, 0, 3, 0, 0, "ring reduce-scatter, then the blocks to the root"},
-    {BRAID__COLL_REDUCE, BRAID__ALGO_CHAIN, 0, 0, 0, 0, 0, "chunks combined along a chain to the root"},
-    {BRAID__COLL_GATHER, BRAID__ALGO_TREE, 0, 0, 8, 16 * KIB, 0, "binomial: ceil(log2 n) rounds instead of n-1 messages"},
-    {BRAID__COLL_GATHER, BRAID__ALGO_LINEAR, 0, 0, 0, 0, 0, "every block straight to the root, moved once"},
-    {BRAID__COLL_SCATTER, BRAID__ALGO_TREE, 0, 0, 8, 16 * KIB, 0, "binomial: ceil(log2 n) rounds instead of n-1 messages"},
-    {BRAID__COLL_SCATTER, BRAID__ALGO_LINEAR, 0, 0, 0, 0, 0, "every block straight from the root, moved once"},
-    {BRAID__COLL_ALL_TO_ALL, BRAID__ALGO_BRUCK, 0, 0, 8, 0, 256, "ceil(log2 n) rounds of packed blocks"},
-    {BRAID__COLL_ALL_TO_ALL, BRAID__ALGO_PAIRWISE, 0, 0, 0, 0, 0, "n-1 exchanges, each block moved once"},
-    {BRAID__COLL_ALL_TO_ALLV, BRAID__ALGO_PAIRWISE, 0, 0, 0, 0, 0, "n-1 exchanges, one sender per rank per step"},
+    {BRAID__COLL_ALL_REDUCE, BRAID__ALGO_RD, 0, 0, 0, 4 * KIB, 0, "log2 n rounds of the whole vector: latency first", 0},
+    {BRAID__COLL_ALL_REDUCE, BRAID__ALGO_RHD, 1, 0, 0, 0, 32 * KIB, "2 log2 n rounds moving the ring's bytes", 0},
+    {BRAID__COLL_ALL_REDUCE, BRAID__ALGO_RHD, 0, 0, 0, 0, 8 * KIB, "folding costs two more whole-vector transfers", 0},
+    {BRAID__COLL_ALL_REDUCE, BRAID__ALGO_RING, 0, 0, 0, 0, 0, "2(n-1) pipelined steps, bandwidth-optimal", 0},
+    {BRAID__COLL_BROADCAST, BRAID__ALGO_CHAIN, 0, 1, 0, 0, 0, "chunks flow down the chain while later ones follow", 0},
+    {BRAID__COLL_BROADCAST, BRAID__ALGO_KNOMIAL, 0, 0, 8, 16 * KIB, 0, "ceil(log4 n) rounds of up to 3 overlapping sends", 0},
+    {BRAID__COLL_BROADCAST, BRAID__ALGO_TREE, 0, 0, 0, 0, 0, "binomial: ceil(log2 n) rounds of whole messages", 0},
+    {BRAID__COLL_ALL_GATHER, BRAID__ALGO_RD, 1, 0, 0, 64 * KIB, 0, "log2 n rounds received in place", 0},
+    {BRAID__COLL_ALL_GATHER, BRAID__ALGO_BRUCK, 0, 0, 0, 64 * KIB, 0, "ceil(log2 n) rounds through a rotated copy", 0},
+    {BRAID__COLL_ALL_GATHER, BRAID__ALGO_RING, 0, 0, 0, 0, 0, "n-1 pipelined steps, bandwidth-optimal", 0},
+    {BRAID__COLL_REDUCE_SCATTER, BRAID__ALGO_RHD, 1, 0, 0, 0, 32 * KIB, "log2 n halving rounds moving the ring's bytes", 0},
+    {BRAID__COLL_REDUCE_SCATTER, BRAID__ALGO_RHD, 0, 0, 0, 0, 8 * KIB, "folding costs a whole-vector transfer more", 0},
+    {BRAID__COLL_REDUCE_SCATTER, BRAID__ALGO_RING, 0, 0, 0, 0, 0, "n-1 pipelined steps, bandwidth-optimal", 0},
+    {BRAID__COLL_BARRIER, BRAID__ALGO_DISSEM, 0, 0, 0, 0, 0, "ceil(log2 n) rounds of empty messages", 0},
+    {BRAID__COLL_REDUCE, BRAID__ALGO_TREE, 0, 0, 0, 16 * KIB, 0, "binomial: ceil(log2 n) rounds of whole vectors", 0},
+    {BRAID__COLL_REDUCE, BRAID__ALGO_TREE, 0, 0, 0, 0, 0, "one whole-vector message: nothing to pipeline", 2},
+    {BRAID__COLL_REDUCE, BRAID__ALGO_RING, 0, 0, 3, 0, 0, "ring reduce-scatter, then the blocks to the root", 0},
+    {BRAID__COLL_REDUCE, BRAID__ALGO_CHAIN, 0, 0, 0, 0, 0, "chunks combined along a chain to the root", 0},
+    {BRAID__COLL_GATHER, BRAID__ALGO_TREE, 0, 0, 8, 16 * KIB, 0, "binomial: ceil(log2 n) rounds instead of n-1 messages", 0},
+    {BRAID__COLL_GATHER, BRAID__ALGO_LINEAR, 0, 0, 0, 0, 0, "every block straight to the root, moved once", 0},
+    {BRAID__COLL_SCATTER, BRAID__ALGO_TREE, 0, 0, 8, 16 * KIB, 0, "binomial: ceil(log2 n) rounds instead of n-1 messages", 0},
+    {BRAID__COLL_SCATTER, BRAID__ALGO_LINEAR, 0, 0, 0, 0, 0, "every block straight from the root, moved once", 0},
+    {BRAID__COLL_ALL_TO_ALL, BRAID__ALGO_BRUCK, 0, 0, 8, 0, 256, "ceil(log2 n) rounds of packed blocks", 0},
+    {BRAID__COLL_ALL_TO_ALL, BRAID__ALGO_PAIRWISE, 0, 0, 0, 0, 0, "n-1 exchanges, each block moved once", 0},
+    {BRAID__COLL_ALL_TO_ALLV, BRAID__ALGO_PAIRWISE, 0, 0, 0, 0, 0, "n-1 exchanges, one sender per rank per step", 0},
 };
 #define NRULES (sizeof TABLE / sizeof TABLE[0])
 
@@ -110,6 +112,7 @@ static int chain_wins(size_t vec, int n) {
 static int rule_holds(const rule *t, size_t vec, int n) {
   if (t->pow2 && !braid__is_pow2(n)) return 0;
   if (t->min_ranks && n < t->min_ranks) return 0;
+  if (t->max_ranks && n > t->max_ranks) return 0;
   if (t->max_vec && vec > t->max_vec) return 0;
   if (t->max_block && vec >= mul_sat((size_t)n, t->max_block)) return 0;
   if (t->chain && !chain_wins(vec, n)) return 0;
@@ -155,6 +158,7 @@ void braid__algo_describe(void (*emit)(const char *line, void *arg), void *arg) 
     add(line, sizeof line, "%s: %s", braid__coll_short_name(t->kind), NAMES[t->algo]);
     if (t->pow2) add(line, sizeof line, "%sthe world size is a power of two", sep), sep = " and ";
     if (t->min_ranks) add(line, sizeof line, "%sthe world size is %d or more", sep, t->min_ranks), sep = " and ";
+    if (t->max_ranks) add(line, sizeof line, "%sthe world size is at most %d", sep, t->max_ranks), sep = " and ";
     if (t->max_vec) {
       fmt_bytes(b, sizeof b, t->max_vec);
       add(line, sizeof line, "%sthe vector is at most %s", sep, b), sep = " and ";

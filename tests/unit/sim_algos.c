@@ -1882,6 +1882,8 @@ static int sim_select(void) {
   CHECK(braid__algo_select(BRAID__COLL_BROADCAST, 1024, 4) == BRAID__ALGO_TREE, "small broadcast: tree");
   CHECK(braid__algo_select(BRAID__COLL_BROADCAST, 1024, 16) == BRAID__ALGO_KNOMIAL, "small, many ranks: knomial");
   CHECK(braid__algo_select(BRAID__COLL_BROADCAST, 64 << 20, 16) == BRAID__ALGO_CHAIN, "large broadcast: chain");
+  CHECK(braid__algo_select(BRAID__COLL_REDUCE, 1 << 20, 2) == BRAID__ALGO_TREE, "large reduce, 2 ranks: tree");
+  CHECK(braid__algo_select(BRAID__COLL_REDUCE, 1 << 20, 3) == BRAID__ALGO_RING, "large reduce, 3 ranks: ring");
   CHECK(braid__algo_select(BRAID__COLL_ALL_GATHER, 64, 6) == BRAID__ALGO_BRUCK, "small all-gather: bruck");
   CHECK(braid__algo_select(BRAID__COLL_ALL_GATHER, 64, 8) == BRAID__ALGO_RD, "small all-gather, 2^k: rd");
   CHECK(braid__algo_select(BRAID__COLL_ALL_GATHER, 1 << 20, 6) == BRAID__ALGO_RING, "large all-gather: ring");

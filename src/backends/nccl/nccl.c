@@ -754,7 +754,21 @@ static void nccl_destroy(braid_comm *c, double timeout_s) {
     BLOG_WARN(BRAID_SUB_INIT, c->rank, "braid_destroy: operations on the stream did not finish within %g s; the "
               "NCCL communicator is aborted", timeout_s);
   end_comm(s); /* anything still running stops here, so the stream can be freed */
-  if (s->issued != s->done) s->a->cudaStreamSynchronize(s->stream);
+  /* Bounded: a stream still held up (by an event of a user stream that never
+     completes) keeps its memory, since cudaFree would wait for it. */
+  double until = braid__now() + timeout_s + 1.0;
+  int idle = s->issued == s->done;
+  while (!idle && braid__now() < until) {
+    cudaError_t e = s->a->cudaStreamQuery(s->stream);
+    idle = e != cudaErrorNotReady;
+    if (!idle) braid__sleep(1e-3);
+  }
+  if (!idle) {
+    BLOG_WARN(BRAID_SUB_INIT, c->rank, "braid_destroy: the communication stream is still busy; its device memory "
+              "is left allocated");
+    s->dchk = NULL, s->dmsg = NULL, s->scratch = NULL, s->dcnt = NULL;
+    s->hchk = NULL, s->hmsg = NULL, s->hcnt = NULL;
+  }
   for (nccl_req *r = s->flight, *rn; r; r = rn) {
     rn = r->next;
     braid__req_drop(c, &r->base);

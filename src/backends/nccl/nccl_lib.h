@@ -21,7 +21,7 @@
 #define BRAID__CUDA_FN(X)                                                                                          \
   X(cudaGetDeviceCount) X(cudaSetDevice) X(cudaGetDevice) X(cudaDriverGetVersion) X(cudaRuntimeGetVersion)         \
   X(cudaGetErrorString) X(cudaGetLastError) X(cudaStreamCreateWithFlags) X(cudaStreamDestroy) X(cudaStreamQuery)   \
-  X(cudaStreamSynchronize) X(cudaStreamWaitEvent) X(cudaEventCreateWithFlags) X(cudaEventDestroy)                  \
+  X(cudaStreamWaitEvent) X(cudaEventCreateWithFlags) X(cudaEventDestroy)                  \
   X(cudaEventRecord) X(cudaEventQuery) X(cudaMalloc) X(cudaFree) X(cudaMallocHost) X(cudaFreeHost)                 \
   X(cudaMemcpyAsync)
 

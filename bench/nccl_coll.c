@@ -249,6 +249,7 @@ int main(int argc, char **argv) {
       .to_host = n_to_host,
   };
   rc = perf_run(&a, &L);
+  X.cudaFree(x.word);
   X.ncclCommDestroy(x.comm);
   braid_destroy(x.host);
   return rc;

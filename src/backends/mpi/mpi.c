@@ -654,7 +654,17 @@ static braid_status wait_mpi(braid_comm *c, MPI_Request *rq, int n, const char *
       return mpi_fail(c, what, rc);
     }
     if (flag) break;
-    braid_status st = braid__wait_poll(c, &w, -1, what);
+    /* A peer's send of a large payload completes only once this rank has
+       read its header and posted the payload's receive: headers keep
+       being read while a collective waits, pending work of this rank or
+       not (the engine progresses only when there is some). */
+    braid_status st = mpi_progress(c);
+    if (st) {
+      braid__wait_end(c, &w);
+      state(c)->abandoned = 1;
+      return st;
+    }
+    st = braid__wait_poll(c, &w, -1, what);
     if (st) {
       state(c)->abandoned = 1;
       return st;

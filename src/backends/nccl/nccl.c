@@ -1001,8 +1001,6 @@ static xfer v_at(void *arg, int q) {
   return x;
 }
 
-static int cnt_done(braid_comm *c) { return stream_idle(c); }
-
 /* All-to-allv's counts, checked before any data moves (NCCL would pair
    differently sized transfers): each rank sends each peer the count it
    sends it, and compares what it hears with what it expects. */
@@ -1033,7 +1031,7 @@ static braid_status check_counts(braid_comm *c, const size_t *sc, const size_t *
   if ((e = a->cudaMemcpyAsync(s->hcnt + n, s->dcnt + n, half, cudaMemcpyDeviceToHost, s->stream)) != cudaSuccess)
     return cuda_fail(c, "cudaMemcpyAsync", e);
   if ((st = ring_push(c, 0))) return st;
-  if ((st = wait_until(c, cnt_done, "the other ranks' all-to-allv counts"))) return st;
+  if ((st = wait_until(c, stream_idle, "the other ranks' all-to-allv counts"))) return st;
   for (int q = 0; q < n; q++)
     if (s->hcnt[n + q] != rc[q])
       return braid__fail_comm(c, BRAID_ERR_MISMATCH,

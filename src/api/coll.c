@@ -101,7 +101,7 @@ static braid_status dispatch(braid_comm *c, const braid__coll_args *a, const voi
   const braid__backend *o = c->ops;
   const braid__coll_kind kind = a->kind;
   const size_t count = a->count;
-  if (native(c, kind, native_fn(c, kind))) {
+  if (native(c, kind, native_fn(c, kind)) && !(o->declines && o->declines(c, kind, bytes))) {
     braid_status st;
     switch (kind) {
       case BRAID__COLL_ALL_REDUCE: st = o->all_reduce(c, recv, count, dt, op); break;
@@ -121,6 +121,7 @@ static braid_status dispatch(braid_comm *c, const braid__coll_args *a, const voi
   }
   int g = generic_algo(c, kind, bytes);
   braid_status st;
+  if (c->check && o->before_generic && (st = o->before_generic(c))) return st;
   switch (kind) {
     case BRAID__COLL_ALL_REDUCE: st = braid__algo_all_reduce(c, g, recv, count, dt, op); break;
     case BRAID__COLL_BROADCAST: st = braid__algo_broadcast(c, g, recv, count, dt, a->root); break;

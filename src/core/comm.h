@@ -119,6 +119,16 @@ struct braid__backend {
   void (*coll_start)(braid_comm *c);
 
   /* Native collectives (optional). */
+  /* Optional: nonzero when this call of kind (bytes per rank's buffer or
+     block, as the selection table counts them) should take the generic
+     algorithm although a native version exists, e.g. a native version
+     written only for the sizes where it beats the generic one. It must
+     depend only on arguments every rank passes alike. */
+  int (*declines)(const braid_comm *c, braid__coll_kind kind, size_t bytes);
+  /* Optional, with the call check on: runs before a generic algorithm, for
+     a backend whose native calls defer part of their check (shm's ring
+     calls) to settle it first. */
+  braid_status (*before_generic)(braid_comm *c);
   braid_status (*barrier)(braid_comm *c);
   braid_status (*all_reduce)(braid_comm *c, void *buf, size_t count, braid_dtype dt, braid_op op);
   braid_status (*broadcast)(braid_comm *c, void *buf, size_t count, braid_dtype dt, int root);

@@ -81,6 +81,21 @@ static int test_coll_large_nocma(void) {
   return 0;
 }
 
+/* Reduce, gather, scatter and all-to-all on both sides of the size where
+   shm's slot exchange gives way to staging (reduce) or to the generic
+   algorithms (f32: a gather block of 4080 elements still fits a slot, a
+   scatter's or all-to-all's n blocks of 2040 at 2 ranks or 1360 at 3), and
+   reduce through many staging rounds, with buffers in braid memory on some
+   ranks too. */
+static int test_rooted_paths(void) {
+  static const size_t counts[] = {1360, 1361, 2040, 2041, 4080, 4081, 70001};
+  static const size_t big[] = {70001, 300007};
+  matrix m = {counts, 7, 0, 0}, mb = {big, 2, 0, 2};
+  static const char *const small[] = {"BRAID_SHM_BUFFER=64K", NULL};
+  return run(2, bt_coll_matrix_more, &m) || run(3, bt_coll_matrix_more, &m) ||
+         run_env(3, bt_coll_matrix_more, &mb, small, -1, 240) || run(3, bt_coll_matrix_more, &mb);
+}
+
 /* ---------------------------------------------------------------- braid memory */
 
 /* Buffers from braid_mem_alloc on every rank (read in place by peers) or on
@@ -337,7 +352,8 @@ static int test_split(void) {
    parity) and with streamed ones, every result must still be exact. One
    rank at a time stalls now and then, so everyone is at times far behind or
    far ahead; a root also runs well past the ring's length and through
-   many streamed chunks while the others sleep. */
+   many streamed chunks while the others sleep. Small gathers, reduces and
+   scatters share the ring with broadcasts. */
 static int body_drift(braid_comm *c, int rank, int n, void *arg) {
   (void)arg;
   enum { BIG = 40000 };
@@ -361,7 +377,7 @@ static int body_drift(braid_comm *c, int rank, int n, void *arg) {
   uint64_t x = 0x9e3779b97f4a7c15ULL; /* same sequence on every rank */
   for (int it = 0; it < 3000; it++) {
     x = x * 6364136223846793005ULL + 1442695040888963407ULL;
-    int kind = (int)((x >> 33) % 10), root = (int)((x >> 45) % (uint64_t)n);
+    int kind = (int)((x >> 33) % 13), root = (int)((x >> 45) % (uint64_t)n);
     size_t cnt = 1 + (size_t)((x >> 20) % 900);
     if ((x >> 12) % 97 == 0) cnt = BIG; /* now and then a streamed size */
     if ((int)((x >> 50) % (uint64_t)n) == rank && (x >> 8) % 23 == 0) usleep(2000);
@@ -388,8 +404,26 @@ static int body_drift(braid_comm *c, int rank, int n, void *arg) {
       for (int q = 0; q < n; q++)
         for (size_t i = 0; i < cnt; i++)
           BT_CHECK(g[(size_t)q * cnt + i] == (uint32_t)(q * 100003 + it + i), "iteration %d: all-gather wrong", it);
-    } else {
+    } else if (kind == 9) {
       BT_CHECK_OK(braid_barrier(c), c);
+    } else if (kind == 10) { /* non-roots write and go on, like broadcast roots */
+      for (size_t i = 0; i < cnt; i++) a[i] = (uint32_t)(rank * 100003 + it + i);
+      BT_CHECK_OK(braid_gather(c, a, g, cnt, BRAID_U32, root), c);
+      for (int q = 0; q < n && rank == root; q++)
+        for (size_t i = 0; i < cnt; i++)
+          BT_CHECK(g[(size_t)q * cnt + i] == (uint32_t)(q * 100003 + it + i), "iteration %d: gather wrong", it);
+    } else if (kind == 11) {
+      for (size_t i = 0; i < cnt; i++) a[i] = (uint32_t)(rank + 1) * (uint32_t)(it + i);
+      BT_CHECK_OK(braid_reduce(c, a, g, cnt, BRAID_U32, BRAID_SUM, root), c);
+      uint32_t tri = (uint32_t)(n * (n + 1) / 2);
+      for (size_t i = 0; i < cnt && rank == root; i++)
+        BT_CHECK(g[i] == tri * (uint32_t)(it + i), "iteration %d: reduce element %zu wrong", it, i);
+    } else {
+      size_t sc = cnt / (size_t)n + 1;
+      for (size_t i = 0; i < sc * (size_t)n && rank == root; i++) g[i] = (uint32_t)(it * 31u + i);
+      BT_CHECK_OK(braid_scatter(c, g, a, sc, BRAID_U32, root), c);
+      for (size_t i = 0; i < sc; i++)
+        BT_CHECK(a[i] == (uint32_t)(it * 31u + (size_t)rank * sc + i), "iteration %d: scatter element %zu wrong", it, i);
     }
   }
   free(a);
@@ -794,7 +828,7 @@ static int body_mix(braid_comm *c, int rank, int n, void *arg) {
   uint64_t x = 0x1234567ULL;
   for (int it = 0; it < iters; it++) {
     x = x * 6364136223846793005ULL + 1442695040888963407ULL;
-    int kind = (int)((x >> 33) % 12), root = (int)((x >> 45) % (uint64_t)n), sz = (int)((x >> 20) % 8);
+    int kind = (int)((x >> 33) % 15), root = (int)((x >> 45) % (uint64_t)n), sz = (int)((x >> 20) % 8);
     size_t cnt = sz < 4 ? 1 + (size_t)((x >> 24) % 1000)
                         : sz < 7 ? 4000 + (size_t)((x >> 24) % 60000) : 100000 + (size_t)((x >> 24) % (BIG - 100000));
     size_t off = (size_t)((x >> 40) % 3);
@@ -846,8 +880,43 @@ static int body_mix(braid_comm *c, int rank, int n, void *arg) {
         want = (uint32_t)(n * (n + 1) / 2) * (uint32_t)(it + (size_t)rank * rc + i);
         BT_CHECK(v == want, "iteration %d: reduce-scatter of %zu, element %zu", it, rc, i);
       }
-    } else {
+    } else if (kind == 11) {
       BT_CHECK_OK(braid_barrier(c), c);
+    } else if (kind == 12) {
+      for (size_t i = 0; i < cnt; i++) {
+        v = (uint32_t)(rank * 100003 + it + i);
+        memcpy(A + 4 * i, &v, 4);
+      }
+      BT_CHECK_OK(braid_gather(c, A, G, cnt, BRAID_U32, root), c);
+      for (int q = 0; q < n && rank == root; q++)
+        for (size_t i = 0; i < cnt; i++) {
+          memcpy(&v, G + 4 * ((size_t)q * cnt + i), 4);
+          BT_CHECK(v == (uint32_t)(q * 100003 + it + i), "iteration %d: gather of %zu to %d, block %d", it, cnt, root,
+                   q);
+        }
+    } else if (kind == 13) {
+      for (size_t i = 0; i < cnt; i++) {
+        v = (uint32_t)(rank + 1) * (uint32_t)(it + i);
+        memcpy(A + 4 * i, &v, 4);
+      }
+      BT_CHECK_OK(braid_reduce(c, A, G, cnt, BRAID_U32, BRAID_SUM, root), c);
+      for (size_t i = 0; i < cnt && rank == root; i++) {
+        memcpy(&v, G + 4 * i, 4);
+        want = (uint32_t)(n * (n + 1) / 2) * (uint32_t)(it + i);
+        BT_CHECK(v == want, "iteration %d: reduce of %zu to %d, element %zu", it, cnt, root, i);
+      }
+    } else {
+      size_t sc = cnt / (size_t)n + 1;
+      for (size_t i = 0; i < sc * (size_t)n && rank == root; i++) {
+        v = (uint32_t)(it * 31u + i);
+        memcpy(G + 4 * i, &v, 4);
+      }
+      BT_CHECK_OK(braid_scatter(c, G, A, sc, BRAID_U32, root), c);
+      for (size_t i = 0; i < sc; i++) {
+        memcpy(&v, A + 4 * i, 4);
+        BT_CHECK(v == (uint32_t)(it * 31u + (size_t)rank * sc + i), "iteration %d: scatter of %zu from %d, element %zu",
+                 it, sc, root, i);
+      }
     }
   }
   free(a);
@@ -866,7 +935,7 @@ static int test_mix(void) {
 
 static const bt_case cases[] = {
     {"coll_small", test_coll_small, 400},  {"coll_large", test_coll_large, 400},
-    {"coll_large_nocma", test_coll_large_nocma, 400},
+    {"coll_large_nocma", test_coll_large_nocma, 400}, {"rooted_paths", test_rooted_paths, 400},
     {"sixteen_ranks", test_sixteen_ranks, 120}, {"split", test_split, 120},
     {"p2p_ring", test_p2p_ring, 200},     {"p2p_alltoall", test_p2p_alltoall, 120},
     {"p2p_ordered", test_p2p_ordered, 120}, {"p2p_mismatch", test_p2p_mismatch, 120},

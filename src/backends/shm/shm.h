@@ -162,7 +162,11 @@ typedef struct shm_state {
   int *pidfds;         /* -1 where pidfd_open is unavailable */
   uint64_t ph;         /* my phase flag value */
   uint64_t cseq;       /* flat exchanges run (slot parity) */
-  uint64_t bseq;       /* small broadcasts run (ring entry) */
+  uint64_t bseq;       /* ring calls run (small broadcasts, scatters, gathers, reduces: the ring entry) */
+  uint64_t ring_low;   /* every other rank had finished this many ring calls when last read */
+  uint32_t chash;      /* this call's digest as shm compares it: c->desc_hash folded with rdig */
+  uint32_t rdig;       /* digest of the ring calls since the last call that compared every rank's digest */
+  uint64_t full_seq;   /* that call's sequence number */
   uint64_t sseq;       /* chunks of streamed broadcasts run (staging slot) */
   uint64_t round;      /* staging rounds run (staging-half parity) */
   uint64_t agseq;      /* staged all-gathers run (see rotate) */
@@ -249,6 +253,13 @@ braid_status shm_cma_write(braid_comm *c, shm_state *s, int q, uint64_t remote, 
 /* shm_coll.c: the native collectives (the descriptor check included). */
 void shm_coll_start(braid_comm *c);
 braid_status shm_barrier(braid_comm *c);
+braid_status shm_reduce(braid_comm *c, const void *send, void *recv, size_t count, braid_dtype dt, braid_op op,
+                        int root);
+braid_status shm_gather(braid_comm *c, const void *send, void *recv, size_t count, braid_dtype dt, int root);
+braid_status shm_scatter(braid_comm *c, const void *send, void *recv, size_t count, braid_dtype dt, int root);
+braid_status shm_all_to_all(braid_comm *c, const void *send, void *recv, size_t count, braid_dtype dt);
+int shm_declines(const braid_comm *c, braid__coll_kind kind, size_t bytes);
+braid_status shm_settle(braid_comm *c);
 braid_status shm_all_reduce(braid_comm *c, void *buf, size_t count, braid_dtype dt, braid_op op);
 braid_status shm_broadcast(braid_comm *c, void *buf, size_t count, braid_dtype dt, int root);
 braid_status shm_all_gather(braid_comm *c, const void *send, void *recv, size_t count, braid_dtype dt);

@@ -85,6 +85,17 @@ static braid_status mismatch(braid_comm *c, shm_state *s, int hint) {
     if (q != s->me && shm_peer_desc(c, q, c->seq, &d) && !braid__desc_equal(&d, &c->desc))
       return braid__coll_mismatch(c, q, &d);
   }
+  /* Digests agree on this call but differ: an earlier ring call that
+     nobody read differed. */
+  for (uint64_t sq = s->full_seq + 1; sq < c->seq; sq++) {
+    braid__desc mine;
+    if (!shm_peer_desc(c, s->me, sq, &mine)) continue;
+    for (int i = 0; i < s->n; i++) {
+      int q = hint >= 0 ? (hint + i) % s->n : i;
+      if (q != s->me && shm_peer_desc(c, q, sq, &d) && !braid__desc_equal(&d, &mine))
+        return braid__coll_mismatch_of(c, sq, &mine, q, &d, sq);
+    }
+  }
   int q = hint >= 0 ? hint : (s->me + 1) % s->n;
   uint64_t at = newest_logged(c, s, q, &d);
   if (at) return braid__coll_mismatch_at(c, q, &d, at);
@@ -95,18 +106,50 @@ static braid_status mismatch(braid_comm *c, shm_state *s, int hint) {
 /* Every collective starts here (native or generic): its descriptor goes in
    the call log and its digest beside the phase flag (read by peers after
    they see a post). */
+/* Ring calls (small broadcasts, scatters, gathers, reduces) let writers
+   return without reading anything: the root of a scatter and a non-root of
+   a gather both write, so if they disagree nobody would see it. Every call
+   therefore compares its digest folded with a digest of the ring calls since
+   the last call in which every rank compared every other's (a slot
+   exchange, a staged call): ranks that disagreed on a ring call differ
+   there, and each of them learns it. */
 void shm_coll_start(braid_comm *c) {
   shm_state *s = c->be;
   shm_dlog_enter(c, s);
-  atomic_store_explicit(&s->mine->dhash, c->desc_hash, memory_order_relaxed);
+  s->chash = c->desc_hash ^ s->rdig;
+  atomic_store_explicit(&s->mine->dhash, s->chash, memory_order_relaxed);
+}
+
+static void ring_fold(braid_comm *c, shm_state *s) {
+  if (c->check) s->rdig = (s->rdig ^ s->chash) * 0x9e3779b1u + 1u;
+}
+
+/* Every rank compared its digest with every other's: agreed so far. */
+static void all_compared(braid_comm *c, shm_state *s) {
+  s->rdig = 0;
+  s->full_seq = c->seq;
+}
+
+static braid_status flat_exchange(braid_comm *c, shm_state *s, const void *src, size_t bytes, int *parity,
+                                  const char *what);
+
+/* Before a call that compares no digests of its own (a generic algorithm,
+   a streamed broadcast): ring calls not yet compared are, in an empty slot
+   exchange. Ranks that agree on every call agree on whether one is due. */
+braid_status shm_settle(braid_comm *c) {
+  shm_state *s = c->be;
+  int p;
+  if (!c->check || !s->rdig) return BRAID_OK;
+  return flat_exchange(c, s, NULL, 0, &p, "its check of the calls before this one");
 }
 
 /* After the first wait for every peer's post: did each post for this call? */
 static braid_status check_posts(braid_comm *c, shm_state *s) {
   if (!c->check) return BRAID_OK;
   for (int q = 0; q < s->n; q++)
-    if (q != s->me && atomic_load_explicit(&shm_ctl_of(s, q)->dhash, memory_order_relaxed) != c->desc_hash)
+    if (q != s->me && atomic_load_explicit(&shm_ctl_of(s, q)->dhash, memory_order_relaxed) != s->chash)
       return mismatch(c, s, q);
+  all_compared(c, s);
   return BRAID_OK;
 }
 
@@ -152,15 +195,16 @@ static braid_status flat_exchange(braid_comm *c, shm_state *s, const void *src, 
   *parity = (int)(k & 1);
   char *mine = slot_of(s, s->me, *parity);
   if (bytes) memcpy(slot_data(mine, bytes), src, bytes);
-  atomic_store_explicit(slot_seq(mine), word_of(k, c->desc_hash), memory_order_release);
+  atomic_store_explicit(slot_seq(mine), word_of(k, s->chash), memory_order_release);
   shm_wake_peers(s);
   for (int q = 0; q < s->n; q++) {
     if (q == s->me) continue;
     _Atomic uint64_t *seq = slot_seq(slot_of(s, q, *parity));
     uint64_t w;
     SHM_WAIT_UNTIL(word_is(w = atomic_load_explicit(seq, memory_order_acquire), k), q, what);
-    if ((uint32_t)w != c->desc_hash && c->check) return mismatch(c, s, q);
+    if ((uint32_t)w != s->chash && c->check) return mismatch(c, s, q);
   }
+  all_compared(c, s);
   return BRAID_OK;
 }
 
@@ -266,7 +310,7 @@ static size_t rotate(uint64_t n, size_t used, size_t total, size_t room) {
 
 /* Offset in every rank's staging of the next staging round, which uses
    `used` bytes of a call that stages `total` bytes: the halves alternate
-   (see ar_staging), and small calls rotate within a half. */
+   (see red_staging), and small calls rotate within a half. */
 static size_t stage_slot(shm_state *s, size_t used, size_t total) {
   size_t half = s->staging / 2;
   uint64_t r = s->round++;
@@ -283,8 +327,15 @@ static size_t stage_slot(shm_state *s, size_t used, size_t total) {
    buffer; peers read its input slice and its result there instead of in
    staging (announced with the first post). Only rank r reads or writes slice
    r of any buffer until it posts the slice's result, and a buffer is read in
-   place until the end barrier. */
-static braid_status ar_staging(braid_comm *c, shm_state *s, char *buf, size_t count, braid_dtype dt, braid_op op) {
+   place until the end barrier.
+   root >= 0 makes it a reduce: in is read, only the root copies results (into
+   out), and buffers are never read in place (a non-root's send buffer must
+   not receive its reduced slice). Non-roots need not wait for R: the next
+   round's E waits cover the reuse of a half, and the end post lets them
+   rewrite staging once the root has copied out of it. */
+static braid_status red_staging(braid_comm *c, shm_state *s, const char *in, char *out, size_t count, braid_dtype dt,
+                                braid_op op, int root) {
+  const int ar = root < 0;
   braid_status st = staging_quiesce(c, s);
   if (st) return st;
   size_t es = braid_dtype_size(dt), half = s->staging / 2;
@@ -292,6 +343,7 @@ static braid_status ar_staging(braid_comm *c, shm_state *s, char *buf, size_t co
   /* Keep a round's slices L2-sized so the reduce reads cached data. */
   size_t cap = ((size_t)s->n * (256u << 10)) / es;
   if (per_round > cap) per_round = cap;
+  const int gets = root < 0 || root == s->me; /* this rank receives the result */
   SRCS_DECL;
   /* In place from braid memory only when ranks outnumber cores: there every
      copy saved is CPU time the other ranks get (4 ranks on 2 cores, 1 MiB:
@@ -300,39 +352,43 @@ static braid_status ar_staging(braid_comm *c, shm_state *s, char *buf, size_t co
      lines the peers have just read while reading theirs (2 ranks, 1 MiB:
      70 us staged, 90 us in place). */
   uint64_t key = s->ph + 1;
-  int zme = s->oversub && shm_zc_announce(s, buf, count * es, key), nzc = 0;
+  int zme = root < 0 && s->oversub && shm_zc_announce(s, in, count * es, key), nzc = 0;
   for (size_t off = 0; off < count && !st; off += per_round) {
     size_t L = count - off < per_round ? count - off : per_round;
     size_t h = stage_slot(s, L * es, count * es);
     char *stage = staging_of(s, s->me) + h;
-    if (!zme) memcpy(stage, buf + off * es, L * es);
+    if (!zme) memcpy(stage, in + off * es, L * es);
     shm_post(s);
-    if ((st = shm_wait_all(c, s, s->ph, "its input to braid_all_reduce"))) break;
+    if ((st = shm_wait_all(c, s, s->ph, ar ? "its input to braid_all_reduce" : "its input to braid_reduce"))) break;
     if (off == 0 && (st = check_posts(c, s))) break;
     if (off == 0 && (st = zc_gather(c, s, key, zme, zsrc, &nzc))) break;
     size_t a, m;
     slice_of(L, s->n, s->me, &a, &m);
-    char *mine = zme ? buf + (off + a) * es : stage + a * es;
+    char *mine = zme ? out + (off + a) * es : stage + a * es;
     if (m) {
       for (int q = 0; q < s->n; q++)
         srcs[q] = q == s->me ? mine : zsrc[q] ? zsrc[q] + (off + a) * es : staging_of(s, q) + h + a * es;
       braid__reduce(mine, srcs, s->n, m, dt, op, s->n);
     }
     shm_post(s);
-    if (m && !zme) memcpy(buf + (off + a) * es, mine, m * es);
-    if ((st = shm_wait_all(c, s, s->ph, "its reduced slice in braid_all_reduce"))) break;
+    if (!gets) continue;
+    if (m && !zme) memcpy(out + (off + a) * es, mine, m * es);
+    if ((st = shm_wait_all(c, s, s->ph,
+                           ar ? "its reduced slice in braid_all_reduce" : "its reduced slice in braid_reduce")))
+      break;
     for (int q = 0; q < s->n; q++) {
       if (q == s->me) continue;
       size_t aq, mq;
       slice_of(L, s->n, q, &aq, &mq);
       if (mq)
-        memcpy(buf + (off + aq) * es, zsrc[q] ? zsrc[q] + (off + aq) * es : staging_of(s, q) + h + aq * es, mq * es);
+        memcpy(out + (off + aq) * es, zsrc[q] ? zsrc[q] + (off + aq) * es : staging_of(s, q) + h + aq * es, mq * es);
     }
   }
   SRCS_FREE;
   if (st) return st;
   shm_post(s);
-  return shm_wait_all(c, s, s->ph, "the end of braid_all_reduce");
+  if (ar) return shm_wait_all(c, s, s->ph, "the end of braid_all_reduce");
+  return root == s->me ? BRAID_OK : wait_flag(c, s, root, s->ph, "the root's copy of the reduced slices in braid_reduce");
 }
 
 /* Single copy: each rank reduces its slice by reading every peer's buffer in
@@ -393,26 +449,53 @@ braid_status shm_all_reduce(braid_comm *c, void *buf, size_t count, braid_dtype 
   size_t bytes = count * braid_dtype_size(dt);
   if (bytes <= SHM_SLOT_DATA) return ar_flat(c, s, buf, count, dt, op);
   if (s->cma && bytes >= s->cma_min) return ar_cma(c, s, buf, count, dt, op);
-  return ar_staging(c, s, buf, count, dt, op);
+  return red_staging(c, s, buf, buf, count, dt, op, -1);
 }
 
 /* ---------------------------------------------------------------- broadcast */
 
-/* Small broadcasts go through a ring of entries shared by all roots (every
-   rank runs the same broadcasts in the same order, so entry b serves the
-   b-th). Nobody waits for the whole group: the root copies its data into
-   the entry and returns unless the ring is full, so back-to-back broadcasts
-   pipeline, which matters most when ranks outnumber cores. */
-static braid_status bcast_small(braid_comm *c, shm_state *s, char *buf, size_t bytes, int root) {
+/* Small broadcasts and scatters, and small gathers and reduces, go through a
+   ring of entries shared by all roots (every rank runs the same such calls
+   in the same order, so entry b serves the b-th). Nobody waits for the
+   whole group: a writer copies its data into the entry and returns unless
+   the ring is full, so back-to-back calls pipeline, which matters most when
+   ranks outnumber cores. An entry is rewritten only once every rank has
+   finished the call that used it SHM_BRING calls earlier. */
+static braid_status ring_reuse(braid_comm *c, shm_state *s, uint64_t b, const char *what) {
+  /* The slowest rank's count, remembered: reading the peers' counters on
+     every call would pull lines they keep writing. */
+  if (b < SHM_BRING || b - SHM_BRING + 1 <= s->ring_low) return BRAID_OK;
+  uint64_t low = UINT64_MAX;
+  for (int q = 0; q < s->n; q++) {
+    if (q == s->me) continue;
+    uint64_t v;
+    SHM_WAIT_UNTIL((v = atomic_load_explicit(&shm_ctl_of(s, q)->bcast_done, memory_order_acquire)) >= b - SHM_BRING + 1,
+                   q, what);
+    if (v < low) low = v;
+  }
+  s->ring_low = low;
+  return BRAID_OK;
+}
+
+/* This rank has finished ring call b. After the stores that came before:
+   readers wait for the entry, and whichever rank writes the entry
+   SHM_BRING calls later may sleep waiting for bcast_done. */
+static void ring_done(braid_comm *c, shm_state *s, uint64_t b) {
+  ring_fold(c, s);
+  atomic_store_explicit(&shm_ctl_of(s, s->me)->bcast_done, b + 1, memory_order_release);
+  shm_wake_peers(s);
+}
+
+/* One to all: the root copies total bytes from src into the entry; every
+   other rank copies len bytes from offset at of it into dst. */
+static braid_status ring_from_root(braid_comm *c, shm_state *s, const void *src, size_t total, void *dst, size_t at,
+                                   size_t len, int root, const char *call) {
   uint64_t b = s->bseq++;
   char *e = bring_of(s, b);
   if (s->me == root) {
-    for (int q = 0; q < s->n; q++) {
-      if (q == s->me || b < SHM_BRING) continue;
-      SHM_WAIT_UNTIL(atomic_load_explicit(&shm_ctl_of(s, q)->bcast_done, memory_order_acquire) >= b - SHM_BRING + 1, q,
-                 "its copy of an earlier braid_broadcast");
-    }
-    /* The root claims the entry: a second root of the same broadcast (ranks
+    braid_status st = ring_reuse(c, s, b, "its copy of an earlier small broadcast or scatter");
+    if (st) return st;
+    /* The root claims the entry: a second root of the same call (ranks
        that disagree on the root) finds it taken. */
     for (uint64_t w = atomic_load_explicit(slot_seq(e), memory_order_relaxed); c->check;) {
       if (word_is(w & ~WORD_CLAIM, b + 1)) return mismatch(c, s, -1);
@@ -420,19 +503,53 @@ static braid_status bcast_small(braid_comm *c, shm_state *s, char *buf, size_t b
                                                 memory_order_relaxed))
         break;
     }
-    memcpy(slot_data(e, bytes), buf, bytes);
-    atomic_store_explicit(slot_seq(e), word_of(b + 1, c->desc_hash), memory_order_release);
+    memcpy(slot_data(e, total), src, total);
+    atomic_store_explicit(slot_seq(e), word_of(b + 1, s->chash), memory_order_release);
   } else {
     uint64_t w;
-    SHM_WAIT_UNTIL(word_is(w = atomic_load_explicit(slot_seq(e), memory_order_acquire), b + 1), root,
-                   "the root's data in braid_broadcast");
-    if ((uint32_t)w != c->desc_hash && c->check) return mismatch(c, s, root);
-    memcpy(buf, slot_data(e, bytes), bytes);
+    SHM_WAIT_UNTIL(word_is(w = atomic_load_explicit(slot_seq(e), memory_order_acquire), b + 1), root, call);
+    if ((uint32_t)w != s->chash && c->check) return mismatch(c, s, root);
+    memcpy(dst, slot_data(e, total) + at, len);
   }
-  atomic_store_explicit(&shm_ctl_of(s, s->me)->bcast_done, b + 1, memory_order_release);
-  /* After both stores: receivers wait for the entry, and whichever rank is
-     root 64 broadcasts later may sleep waiting for bcast_done. */
-  shm_wake_peers(s);
+  ring_done(c, s, b);
+  return BRAID_OK;
+}
+
+/* All to one: every rank has a section of the entry (a word, then its
+   bytes, cache-line aligned, so writers do not share lines). */
+static size_t ring_stride(size_t bytes) { return bytes <= 56 ? SHM_CL : SHM_CL + round_up(bytes, SHM_CL); }
+static int ring_fits_all(const shm_state *s, size_t bytes) {
+  return bytes <= SHM_SLOT_BYTES && ring_stride(bytes) <= SHM_SLOT_BYTES / (size_t)s->n;
+}
+
+/* Every rank but the root copies its bytes into its section and returns;
+   the root fills from[q] with every rank's bytes (its own src) and must
+   call ring_done(c, s, *bp) once it has read them. */
+static braid_status ring_to_root(braid_comm *c, shm_state *s, const void *src, size_t bytes, int root,
+                                 const void **from, uint64_t *bp, const char *call) {
+  uint64_t b = *bp = s->bseq++;
+  char *e = bring_of(s, b);
+  size_t stride = ring_stride(bytes);
+  if (s->me != root) {
+    braid_status st = ring_reuse(c, s, b, "the root's read of an earlier small gather or reduce");
+    if (st) return st;
+    char *mine = e + (size_t)s->me * stride;
+    memcpy(slot_data(mine, bytes), src, bytes);
+    atomic_store_explicit(slot_seq(mine), word_of(b + 1, s->chash), memory_order_release);
+    ring_done(c, s, b);
+    return BRAID_OK;
+  }
+  for (int q = 0; q < s->n; q++) {
+    if (q == s->me) {
+      from[q] = src;
+      continue;
+    }
+    char *sec = e + (size_t)q * stride;
+    uint64_t w;
+    SHM_WAIT_UNTIL(word_is(w = atomic_load_explicit(slot_seq(sec), memory_order_acquire), b + 1), q, call);
+    if ((uint32_t)w != s->chash && c->check) return mismatch(c, s, q);
+    from[q] = slot_data(sec, bytes);
+  }
   return BRAID_OK;
 }
 
@@ -454,7 +571,7 @@ braid_status shm_broadcast(braid_comm *c, void *vbuf, size_t count, braid_dtype 
   if (s->n == 1) return BRAID_OK;
   char *buf = vbuf;
   size_t bytes = count * braid_dtype_size(dt);
-  if (bytes <= SHM_SLOT_DATA) return bcast_small(c, s, buf, bytes, root);
+  if (bytes <= SHM_SLOT_DATA) return ring_from_root(c, s, buf, bytes, buf, 0, bytes, root, "the root's data in braid_broadcast");
   braid_status st;
   if (s->cma && bytes >= s->cma_min) {
     shm_ctl_of(s, s->me)->addr = (uint64_t)(uintptr_t)buf;
@@ -479,6 +596,7 @@ braid_status shm_broadcast(braid_comm *c, void *vbuf, size_t count, braid_dtype 
      that writes staging first waits for all chunks to be copied out
      (staging_quiesce). No end barrier. A root buffer in braid memory takes
      the place of the first chunk instead (bcast_zc_root). */
+  if ((st = shm_settle(c))) return st;
   size_t C = stream_chunk(s, bytes), stride = stream_stride(s), K = s->staging / stride;
   shm_ctl *rc = shm_ctl_of(s, root);
   uint64_t zkey = SHM_ZKEY_BCAST | (s->sseq + 1);
@@ -713,6 +831,120 @@ braid_status shm_reduce_scatter(braid_comm *c, const void *vsend, void *vrecv, s
   if (st) return st;
   shm_post(s);
   return shm_wait_all(c, s, s->ph, "the end of braid_reduce_scatter");
+}
+
+/* ---------------------------------------------------------------- rooted calls and all-to-all */
+
+/* Small reduce, gather and scatter go through the ring: non-roots of a
+   reduce or gather (the root of a scatter) write and return, so
+   back-to-back calls pipeline. Reduce and gather blocks too large for a
+   section of every rank in one entry, but within a slot, take the slot
+   exchange; all-to-all always does (every rank needs every other's data).
+   The generic algorithms over point-to-point cost a message per block plus
+   a handshake, several microseconds where these take a fraction of one.
+   Reduce stages at every larger size, where every rank reduces a slice in
+   parallel. Larger gathers, scatters and all-to-alls take the generic
+   algorithms over shm's point-to-point path (shm_declines). */
+
+braid_status shm_reduce(braid_comm *c, const void *vsend, void *vrecv, size_t count, braid_dtype dt, braid_op op,
+                        int root) {
+  shm_state *s = c->be;
+  const char *send = vsend;
+  char *recv = vrecv;
+  if (s->n == 1) {
+    braid__reduce(recv, (const void *const *)&send, 1, count, dt, op, 1);
+    return BRAID_OK;
+  }
+  size_t bytes = count * braid_dtype_size(dt);
+  if (bytes > SHM_SLOT_DATA) return red_staging(c, s, send, s->me == root ? recv : NULL, count, dt, op, root);
+  braid_status st;
+  SRCS_DECL;
+  if (ring_fits_all(s, bytes)) {
+    uint64_t b;
+    st = ring_to_root(c, s, send, bytes, root, srcs, &b, "its input to braid_reduce");
+    if (!st && s->me == root) {
+      braid__reduce(recv, srcs, s->n, count, dt, op, s->n);
+      ring_done(c, s, b);
+    }
+  } else {
+    int p;
+    st = flat_exchange(c, s, send, bytes, &p, "its input to braid_reduce");
+    if (!st && s->me == root) {
+      for (int q = 0; q < s->n; q++) srcs[q] = q == s->me ? send : slot_data(slot_of(s, q, p), bytes);
+      braid__reduce(recv, srcs, s->n, count, dt, op, s->n);
+    }
+  }
+  SRCS_FREE;
+  return st;
+}
+
+braid_status shm_gather(braid_comm *c, const void *send, void *vrecv, size_t count, braid_dtype dt, int root) {
+  shm_state *s = c->be;
+  size_t bytes = count * braid_dtype_size(dt);
+  char *recv = vrecv;
+  if (s->n == 1) {
+    if (send != recv) memcpy(recv, send, bytes);
+    return BRAID_OK;
+  }
+  braid_status st;
+  SRCS_DECL;
+  uint64_t b = 0;
+  int ring = ring_fits_all(s, bytes), p;
+  if (ring) {
+    st = ring_to_root(c, s, send, bytes, root, srcs, &b, "its input to braid_gather");
+  } else {
+    st = flat_exchange(c, s, send, bytes, &p, "its input to braid_gather");
+    for (int q = 0; q < s->n && !st; q++) srcs[q] = q == s->me ? send : slot_data(slot_of(s, q, p), bytes);
+  }
+  if (!st && s->me == root) {
+    for (int q = 0; q < s->n; q++)
+      if (srcs[q] != recv + (size_t)q * bytes) memcpy(recv + (size_t)q * bytes, srcs[q], bytes);
+    if (ring) ring_done(c, s, b);
+  }
+  SRCS_FREE;
+  return st;
+}
+
+braid_status shm_scatter(braid_comm *c, const void *vsend, void *recv, size_t count, braid_dtype dt, int root) {
+  shm_state *s = c->be;
+  size_t bytes = count * braid_dtype_size(dt), mine = (size_t)s->me * bytes;
+  const char *send = vsend;
+  if (s->me == root && send + mine != (const char *)recv) memcpy(recv, send + mine, bytes);
+  if (s->n == 1) return BRAID_OK;
+  return ring_from_root(c, s, send, bytes * (size_t)s->n, recv, mine, bytes, root, "the root's data in braid_scatter");
+}
+
+/* In place (send == recv) works too: this rank's blocks went into its slot
+   before any is overwritten, and its own block stays where it is. */
+braid_status shm_all_to_all(braid_comm *c, const void *vsend, void *vrecv, size_t count, braid_dtype dt) {
+  shm_state *s = c->be;
+  size_t bytes = count * braid_dtype_size(dt), total = bytes * (size_t)s->n;
+  const char *send = vsend;
+  char *recv = vrecv;
+  int p = 0;
+  braid_status st = s->n == 1 ? BRAID_OK : flat_exchange(c, s, send, total, &p, "its input to braid_all_to_all");
+  if (st) return st;
+  for (int q = 0; q < s->n; q++) {
+    size_t at = (size_t)q * bytes, mine = (size_t)s->me * bytes;
+    if (q == s->me) {
+      if (send != recv) memcpy(recv + at, send + at, bytes);
+    } else {
+      memcpy(recv + at, slot_data(slot_of(s, q, p), total) + mine, bytes);
+    }
+  }
+  return BRAID_OK;
+}
+
+/* Which calls shm leaves to the generic algorithms: gathers, scatters and
+   all-to-alls too large for one slot exchange. bytes is per rank's block. */
+int shm_declines(const braid_comm *c, braid__coll_kind kind, size_t bytes) {
+  const shm_state *s = c->be;
+  switch (kind) {
+    case BRAID__COLL_GATHER: return bytes > SHM_SLOT_DATA;
+    case BRAID__COLL_SCATTER:
+    case BRAID__COLL_ALL_TO_ALL: return bytes > SHM_SLOT_DATA / (size_t)s->n;
+    default: return 0;
+  }
 }
 
 /* ---------------------------------------------------------------- barrier */

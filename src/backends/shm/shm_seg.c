@@ -541,5 +541,11 @@ const braid__backend braid__shm_backend = {
     .broadcast = shm_broadcast,
     .all_gather = shm_all_gather,
     .reduce_scatter = shm_reduce_scatter,
+    .declines = shm_declines,
+    .before_generic = shm_settle,
+    .reduce = shm_reduce,
+    .gather = shm_gather,
+    .scatter = shm_scatter,
+    .all_to_all = shm_all_to_all,
     .stream = NULL,
 };

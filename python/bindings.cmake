@@ -55,7 +55,7 @@ set(_bind_tests ${PROJECT_SOURCE_DIR}/tests/python)
 foreach(n 1 2 3 4)
   add_test(NAME python_n${n}
     COMMAND bash ${_bind_py_run} ${n} $<TARGET_FILE:braidrun> ${BRAID_PYTHON} numpy,pytest ${_bind_pytest}
-      ${_bind_tests}/test_collectives.py ${_bind_tests}/test_errors.py
+      ${_bind_tests}/test_collectives.py ${_bind_tests}/test_errors.py ${_bind_tests}/test_comm_memory.py
     WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
   add_test(NAME python_torch_n${n}
     COMMAND bash ${_bind_py_run} ${n} $<TARGET_FILE:braidrun> ${BRAID_PYTHON} numpy,pytest,torch ${_bind_pytest}

@@ -9,6 +9,9 @@ Two ways in, tried in this order:
   comes from the DLPack type code, so bfloat16 and the FP8 types arrive with
   their own meaning.
 
+braid's own DeviceMemory (Communicator.mem_alloc on nccl) is taken first, as
+device memory of its shape and dtype.
+
 Nothing is ever copied: a buffer that is not C-contiguous, or read-only where
 the call writes, is refused with InvalidArgumentError. The object returned
 keeps the exporter alive (and its export open) for as long as it lives.
@@ -243,13 +246,8 @@ def _from_dlpack(obj, writable, call, arg, rank_note):
     return Buffer(addr, nbytes, dt, device, (obj, cap), what)
 
 
-def get(obj, writable, call, arg, rank_note="", dtype=None):
-    """A Buffer for obj. writable: the call writes into it. dtype: a type
-    that overrides the buffer's own (same item size; raw bytes may be read as
-    any type whose size divides their length)."""
-    if obj is None:
-        raise InvalidArgumentError("%s: %s is None%s" % (call, arg, rank_note))
-    buf = None
+def _export(obj, writable, call, arg, rank_note):
+    """A Buffer for obj through the buffer protocol or DLPack."""
     refused = None
     try:
         mv = memoryview(obj)
@@ -268,6 +266,17 @@ def get(obj, writable, call, arg, rank_note="", dtype=None):
         raise InvalidArgumentError(
             "%s: %s (%s) has neither the buffer protocol nor DLPack; pass a numpy array, a torch tensor or "
             "another array that exports one of them%s" % (call, arg, _describe(obj), rank_note))
+    return buf
+
+
+def get(obj, writable, call, arg, rank_note="", dtype=None):
+    """A Buffer for obj. writable: the call writes into it. dtype: a type
+    that overrides the buffer's own (same item size; raw bytes may be read as
+    any type whose size divides their length)."""
+    if obj is None:
+        raise InvalidArgumentError("%s: %s is None%s" % (call, arg, rank_note))
+    own = getattr(type(obj), "_braid_buffer", None)  # braid's own device memory (DeviceMemory)
+    buf = own(obj, call, arg, rank_note) if own is not None else _export(obj, writable, call, arg, rank_note)
     if dtype is not None:
         try:
             want = as_dtype(dtype)

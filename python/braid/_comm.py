@@ -1,12 +1,14 @@
-"""braid.init, braid.Communicator, braid.mem_alloc."""
+"""braid.init, braid.Communicator, braid.mem_alloc, and the Communicator's
+memory (DeviceMemory) and registrations (Registration)."""
 import ctypes
+import itertools
 import os
 import threading
 import weakref
 
 from . import _buffers, _lib
 from ._errors import InvalidArgumentError, Status, UnsupportedError, error_for
-from ._types import DType, Op, as_op
+from ._types import DType, Op, as_dtype, as_op
 
 SPLIT_NONE = 0xFFFFFFFF  # BRAID_SPLIT_NONE
 
@@ -27,10 +29,14 @@ def _fatal(status, call, message):
     return False
 
 
-def _raise(lib, handle, status, call):
+def _error(lib, handle, status, call):
     msg = lib.braid_last_error(handle)
     msg = msg.decode("utf-8", "replace") if msg else "%s failed (status %d)" % (call, status)
-    raise error_for(status, msg, _fatal(status, call, msg))
+    return error_for(status, msg, _fatal(status, call, msg))
+
+
+def _raise(lib, handle, status, call):
+    raise _error(lib, handle, status, call)
 
 
 def _env_rank_note():
@@ -135,6 +141,12 @@ class Communicator:
         self._backend = lib.braid_backend(handle).decode()
         self._stream = bool(lib.braid_has_stream_sync(handle))
         self._device_ok = self._stream or self._backend == "nccl"
+        self._device_mem = self._backend == "nccl"  # braid_comm_mem_alloc gives device memory
+        # Memory of mem_alloc and registrations of register() not yet released:
+        # key -> (kind "host" / "device" / "reg", pointer or handle, objects it pins).
+        self._mem_lock = threading.RLock()
+        self._owned = {}
+        self._keys = itertools.count()
         self._finalizer = weakref.finalize(self, _destroy_quietly, lib, handle)
         return self
 
@@ -458,11 +470,21 @@ class Communicator:
 
     def destroy(self):
         """Completes pending work (bounded by BRAID_DESTROY_TIMEOUT) and frees
-        the communicator. Idempotent."""
-        with self._lock:
-            h, self._h = self._h, None
-        if h is None:
-            return
+        the communicator. Idempotent. Registrations still open are ended and
+        device memory of mem_alloc still held is freed first; host memory of
+        mem_alloc stays valid for as long as its arrays live."""
+        with self._mem_lock:
+            with self._lock:
+                h, self._h = self._h, None
+            if h is None:
+                return
+            # newest first: a registration before the memory it covers
+            for key in sorted(self._owned, reverse=True):
+                kind, ptr, _ = self._owned[key]
+                if kind != "host":
+                    del self._owned[key]
+                    fn = "braid_mem_deregister" if kind == "reg" else "braid_comm_mem_free"
+                    getattr(self._lib, fn)(h, ptr)  # best effort, as braid_destroy's own sync
         self._finalizer.detach()
         st = self._lib.braid_destroy(h)
         self._release_pending()
@@ -509,6 +531,109 @@ class Communicator:
     def sync_comm_stream(self):
         self._hook("braid_sync_comm_stream")
 
+    # ------------------------------------------------------------ memory and registration
+
+    def mem_alloc(self, shape, dtype="float32"):
+        """Communication memory that suits this communicator's backend
+        (braid_comm_mem_alloc), for an array of shape (an int or a tuple) and
+        dtype (a numpy dtype, or anything numpy.dtype accepts). Requires numpy.
+
+        Host backends (every backend but nccl): braid_mem_alloc's memory, as
+        a zero-filled numpy array (like braid.mem_alloc: the shm backend's
+        peers read it in place). It is freed with braid_comm_mem_free when the
+        array and every view of it are gone (with braid_mem_free, the same
+        thing on these backends, if the communicator was destroyed first); until
+        then it keeps this Communicator object alive.
+
+        nccl: device memory (ncclMemAlloc, on the current CUDA device), which
+        numpy cannot address, as a DeviceMemory: collectives take it as a
+        buffer, it exports ``__cuda_array_interface__`` (torch.as_tensor(m,
+        device="cuda"), CuPy), and it is freed by ``free()``, at the end of a
+        ``with`` block, when it is garbage-collected, or by destroy(),
+        whichever comes first. It is not zero-filled."""
+        import numpy
+
+        call = "braid_comm_mem_alloc"
+        self._handle(call)
+        f = self._optional_fn(call)
+        try:
+            dt = numpy.dtype(dtype)
+        except TypeError as e:
+            raise InvalidArgumentError("%s: dtype=%r: %s%s" % (call, dtype, e, self._note())) from None
+        shp = _shape(shape, call, self._note())
+        n = 1
+        for s in shp:
+            n *= s
+        nbytes = n * dt.itemsize
+        ptr = ctypes.c_void_p()
+        with self._mem_lock:  # recorded before a destroy() can look
+            h = self._handle(call)
+            self._check(f(h, ctypes.byref(ptr), max(nbytes, 1)), h, call)
+            key = self._own("device" if self._device_mem else "host", ptr.value, None)
+        if self._device_mem:
+            return DeviceMemory._make(self, key, ptr.value, nbytes, shp, dt)
+        raw = (ctypes.c_char * max(nbytes, 1)).from_address(ptr.value)
+        weakref.finalize(raw, self._release, key)
+        return numpy.frombuffer(raw, dtype=dt, count=n).reshape(shp)
+
+    def register(self, buf):
+        """Registers buf with this communicator for its zero-copy paths
+        (braid_mem_register: ncclCommRegister on nccl; on the other backends
+        there is nothing to register and the handle is a token) and returns a
+        Registration. buf: anything a collective takes, a DeviceMemory
+        included; it stays referenced while it is registered. End it with
+        ``deregister()`` or a ``with`` block; a Registration garbage-collected
+        while registered is deregistered then, and destroy() ends every
+        registration still open. Optional: unregistered buffers work on every
+        backend."""
+        call = "braid_mem_register"
+        self._handle(call)
+        f = self._optional_fn(call)
+        b = self._buf(buf, False, call, "buf", None)
+        handle = ctypes.c_void_p()
+        with self._mem_lock:
+            h = self._handle(call)
+            self._check(f(h, b.addr, b.nbytes, ctypes.byref(handle)), h, call)
+            key = self._own("reg", handle.value, b)
+        return Registration._make(self, key, handle.value, b.addr, b.nbytes)
+
+    def _own(self, kind, ptr, keep):
+        key = next(self._keys)
+        self._owned[key] = (kind, ptr, keep)
+        return key
+
+    def _release(self, key, call=None):
+        """Frees memory of mem_alloc (braid_comm_mem_free) or ends a
+        registration (braid_mem_deregister). call (an explicit free() or
+        deregister()): braid's error is raised; without (garbage collection)
+        nothing is raised."""
+        err = None
+        with self._mem_lock:
+            entry = self._owned.pop(key, None)
+            if entry is None:
+                return
+            kind, ptr = entry[0], entry[1]
+            del entry  # what it pins goes now, not with a traceback that holds this frame
+            try:
+                h = self._h
+                if h is None:
+                    # destroyed: destroy() released device memory and registrations
+                    if kind == "host":
+                        self._lib.braid_mem_free(ptr)
+                    return
+                fn = "braid_mem_deregister" if kind == "reg" else "braid_comm_mem_free"
+                st = getattr(self._lib, fn)(h, ptr)
+                if st != 0:
+                    err = _error(self._lib, h, st, fn)
+                    if kind == "host":
+                        # a failed communicator refuses every call; the memory is braid_mem_alloc's
+                        self._lib.braid_mem_free(ptr)
+            except Exception:
+                if call is not None:
+                    raise
+        if err is not None and call is not None:
+            raise err
+
 
 def _destroy_quietly(lib, handle):
     """A Communicator garbage-collected without destroy(): braid_destroy's
@@ -517,6 +642,161 @@ def _destroy_quietly(lib, handle):
         lib.braid_destroy(handle)
     except Exception:
         pass
+
+
+# ------------------------------------------------------------ memory of a communicator
+
+
+class DeviceMemory:
+    """Device memory of ``Communicator.mem_alloc`` on backend nccl
+    (braid_comm_mem_alloc: ncclMemAlloc, on the current CUDA device), typed
+    as an array of ``shape`` and ``dtype`` (a numpy dtype). numpy cannot
+    address it; collectives of a device backend take it as a buffer, and it
+    exports ``__cuda_array_interface__`` (version 3) for torch.as_tensor(m,
+    device="cuda") and CuPy, which must not use it after it is freed.
+
+    ``ptr`` (int) and ``nbytes`` give the allocation. ``free()`` (or the end
+    of a ``with`` block) frees it with braid_comm_mem_free; otherwise that
+    happens when it is garbage-collected or when the communicator is
+    destroyed, whichever comes first. Deregister a registration of it first.
+    """
+
+    __slots__ = ("_comm", "_key", "_finalizer", "ptr", "nbytes", "shape", "dtype", "__weakref__")
+
+    def __init__(self):
+        raise TypeError("DeviceMemory comes from Communicator.mem_alloc on backend nccl")
+
+    @classmethod
+    def _make(cls, comm, key, ptr, nbytes, shape, dtype):
+        self = object.__new__(cls)
+        self._comm = comm
+        self._key = key
+        self.ptr = ptr
+        self.nbytes = nbytes
+        self.shape = shape
+        self.dtype = dtype
+        self._finalizer = weakref.finalize(self, comm._release, key)
+        return self
+
+    @property
+    def freed(self):
+        """Whether the memory was freed (by free() or by the communicator's destroy())."""
+        return self._key not in self._comm._owned
+
+    def _gone(self, call, arg=None):
+        what = "%s (device memory at 0x%x)" % (arg, self.ptr) if arg else "device memory at 0x%x" % self.ptr
+        return InvalidArgumentError("%s: %s was freed already%s" % (call, what, self._comm._note()))
+
+    def free(self):
+        """Frees the memory (braid_comm_mem_free). Freeing it twice, or after
+        the communicator's destroy() freed it, raises InvalidArgumentError."""
+        call = "braid_comm_mem_free"
+        c = self._comm
+        with c._mem_lock:
+            c._handle(call)
+            if self.freed:
+                raise self._gone(call)
+            regs = [e[1] for e in c._owned.values() if e[0] == "reg" and self in e[2].keep]
+            if regs:
+                raise InvalidArgumentError("%s: device memory at 0x%x is still registered (handle 0x%x); "
+                                           "deregister it first%s" % (call, self.ptr, regs[0] or 0, c._note()))
+            self._finalizer.detach()
+            c._release(self._key, call)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        with self._comm._mem_lock:
+            if not self.freed:
+                self.free()
+        return False
+
+    @property
+    def __cuda_array_interface__(self):
+        if self.freed:
+            raise self._gone("__cuda_array_interface__")
+        return {"shape": self.shape, "typestr": self.dtype.str, "descr": self.dtype.descr, "data": (self.ptr, False),
+                "strides": None, "version": 3}
+
+    def _braid_buffer(self, call, arg, rank_note):
+        """The Buffer of a braid call (braid._buffers.get)."""
+        if self.freed:
+            raise self._gone(call, arg)
+        try:
+            dt = as_dtype(self.dtype)
+        except ValueError:
+            dt = None  # a type braid does not have: the call names one with dtype=
+        what = "braid.DeviceMemory (dtype %s)" % self.dtype
+        return _buffers.Buffer(self.ptr if self.nbytes else 0, self.nbytes, dt, "CUDA", (self,), what,
+                               self.dtype == "uint8")
+
+    def __repr__(self):
+        return "<braid.DeviceMemory %d bytes at 0x%x, shape %s, dtype %s%s>" % (
+            self.nbytes, self.ptr, self.shape, self.dtype, ", freed" if self.freed else "")
+
+
+class Registration:
+    """A buffer registered with a communicator (``Communicator.register``,
+    braid_mem_register). ``handle`` is braid's handle (an int; on the
+    backends without registration a token), ``addr`` and ``nbytes`` the
+    registered bytes. ``deregister()`` (or the end of a ``with`` block) ends
+    it with braid_mem_deregister; the buffer stays referenced until then."""
+
+    __slots__ = ("_comm", "_key", "_finalizer", "handle", "addr", "nbytes", "__weakref__")
+
+    def __init__(self):
+        raise TypeError("a Registration comes from Communicator.register")
+
+    @classmethod
+    def _make(cls, comm, key, handle, addr, nbytes):
+        self = object.__new__(cls)
+        self._comm = comm
+        self._key = key
+        self.handle = handle
+        self.addr = addr
+        self.nbytes = nbytes
+        self._finalizer = weakref.finalize(self, comm._release, key)
+        return self
+
+    @property
+    def registered(self):
+        """Whether it is still registered (not deregistered, communicator not destroyed)."""
+        return self._key in self._comm._owned
+
+    def deregister(self):
+        """Ends the registration (braid_mem_deregister). Deregistering twice,
+        or after the communicator was destroyed, raises InvalidArgumentError."""
+        call = "braid_mem_deregister"
+        c = self._comm
+        with c._mem_lock:
+            c._handle(call)
+            if not self.registered:
+                raise InvalidArgumentError("%s: the registration of %d bytes at 0x%x (handle 0x%x) was deregistered "
+                                           "already%s" % (call, self.nbytes, self.addr, self.handle or 0, c._note()))
+            self._finalizer.detach()
+            c._release(self._key, call)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        with self._comm._mem_lock:
+            if self.registered:
+                self.deregister()
+        return False
+
+    def __repr__(self):
+        return "<braid.Registration of %d bytes at 0x%x%s>" % (
+            self.nbytes, self.addr, "" if self.registered else ", deregistered")
+
+
+def _shape(shape, call, note):
+    shp = (int(shape),) if isinstance(shape, int) or hasattr(shape, "__index__") else tuple(int(s) for s in shape)
+    for s in shp:
+        if s < 0:
+            raise InvalidArgumentError("%s: negative dimension in shape %s%s" % (call, shp, note))
+    return shp
 
 
 # ------------------------------------------------------------ braid memory
@@ -540,11 +820,9 @@ def mem_alloc(shape, dtype="float32"):
 
     lib = _lib.load()
     dt = numpy.dtype(dtype)
-    shp = (int(shape),) if isinstance(shape, int) or hasattr(shape, "__index__") else tuple(int(s) for s in shape)
+    shp = _shape(shape, "braid_mem_alloc", _env_rank_note())
     n = 1
     for s in shp:
-        if s < 0:
-            raise InvalidArgumentError("braid_mem_alloc: negative dimension in shape %s%s" % (shp, _env_rank_note()))
         n *= s
     nbytes = n * dt.itemsize
     ptr = ctypes.c_void_p()
@@ -557,4 +835,5 @@ def mem_alloc(shape, dtype="float32"):
     return arr
 
 
-__all__ = ["init", "Communicator", "mem_alloc", "library_version", "library_path", "SPLIT_NONE", "DType", "Op"]
+__all__ = ["init", "Communicator", "DeviceMemory", "Registration", "mem_alloc", "library_version", "library_path",
+           "SPLIT_NONE", "DType", "Op"]

@@ -92,6 +92,10 @@ _PROTOTYPES = {
     "braid_split": (_st, [_c_comm_p, _u32, _u32, ctypes.POINTER(_c_comm_p)]),
     "braid_mem_alloc": (_st, [ctypes.POINTER(_vp), _sz]),
     "braid_mem_free": (_st, [_vp]),
+    "braid_comm_mem_alloc": (_st, [_c_comm_p, ctypes.POINTER(_vp), _sz]),
+    "braid_comm_mem_free": (_st, [_c_comm_p, _vp]),
+    "braid_mem_register": (_st, [_c_comm_p, _vp, _sz, ctypes.POINTER(_vp)]),
+    "braid_mem_deregister": (_st, [_c_comm_p, _vp]),
     "braid_has_stream_sync": (ctypes.c_bool, [_c_comm_p]),
     "braid_event_create": (_st, [_c_comm_p, _u64p]),
     "braid_event_destroy": (_st, [_c_comm_p, _u64]),
@@ -157,7 +161,8 @@ def candidates():
 
 # Calls a libbraid older than this package may lack: the library still loads,
 # and calling one raises UnsupportedError.
-OPTIONAL = frozenset(("braid_reduce", "braid_gather", "braid_scatter", "braid_all_to_all"))
+OPTIONAL = frozenset(("braid_reduce", "braid_gather", "braid_scatter", "braid_all_to_all", "braid_comm_mem_alloc",
+                      "braid_comm_mem_free", "braid_mem_register", "braid_mem_deregister"))
 
 
 def _declare(lib):

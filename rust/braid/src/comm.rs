@@ -10,6 +10,7 @@ use crate::communicator::{Communicator, ReduceOp, StreamSyncOps};
 use crate::dtype::{DType, Element};
 use crate::error::{check, Error, Result, Status};
 use crate::ffi;
+use crate::mem::{CommBuffer, Registrable, Registration};
 
 /// Reductions of the safe API: the reference's four, plus braid's average and
 /// bitwise operations. `Op::from(ReduceOp::Sum)` converts.
@@ -293,6 +294,49 @@ impl Comm {
         let c = color.unwrap_or(ffi::BRAID_SPLIT_NONE);
         self.check(unsafe { ffi::braid_split(self.p(), c, key, &mut out) })?;
         Ok(if out.is_null() { None } else { Some(unsafe { Comm::from_raw(out) }) })
+    }
+
+    // ------------------------------------------------------------ memory and registration
+
+    /// `len` elements of `T` in communication memory that suits this
+    /// communicator's backend (`braid_comm_mem_alloc`): device memory on
+    /// nccl, `braid_mem_alloc`'s zero-filled host memory elsewhere (see
+    /// [`CommBuffer`]). Freed with `braid_comm_mem_free` on drop.
+    ///
+    /// ```no_run
+    /// # fn main() -> braid::Result<()> {
+    /// let comm = braid::Comm::init()?;
+    /// let mut grad = comm.mem_alloc::<f32>(1 << 20)?;
+    /// if let Some(g) = grad.as_mut_slice() {
+    ///     g.fill(1.0);
+    ///     comm.all_reduce_in_place(g, braid::Op::Sum)?; // shm's peers read it in place
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn mem_alloc<T: Element>(&self, len: usize) -> Result<CommBuffer<'_, T>> {
+        CommBuffer::alloc(self, len)
+    }
+
+    /// Registers `buf` (a slice, a `Vec`, a [`MemBuffer`](crate::MemBuffer)
+    /// or a [`CommBuffer`]) with this communicator for its zero-copy paths
+    /// (`braid_mem_register`: `ncclCommRegister` on nccl; elsewhere nothing to
+    /// do, and the handle is a token). The [`Registration`] holds `buf`'s
+    /// borrow, dereferences to it, and deregisters on drop. Optional:
+    /// unregistered buffers work on every backend.
+    ///
+    /// ```no_run
+    /// # fn main() -> braid::Result<()> {
+    /// let comm = braid::Comm::init()?;
+    /// let mut grad = vec![1.0f32; 1 << 20];
+    /// let mut reg = comm.register(&mut grad)?;
+    /// for _ in 0..10 {
+    ///     comm.all_reduce_in_place(&mut reg, braid::Op::Sum)?;
+    /// }
+    /// reg.deregister()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn register<'b, B: Registrable + ?Sized>(&self, buf: &'b mut B) -> Result<Registration<'_, 'b, B>> {
+        Registration::register(self, buf)
     }
 
     // ------------------------------------------------------------ safe slice API

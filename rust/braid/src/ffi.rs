@@ -156,6 +156,15 @@ extern "C" {
 
     pub fn braid_mem_alloc(ptr: *mut *mut c_void, size: usize) -> braid_status;
     pub fn braid_mem_free(ptr: *mut c_void) -> braid_status;
+    pub fn braid_comm_mem_alloc(c: *mut braid_comm, ptr: *mut *mut c_void, size: usize) -> braid_status;
+    pub fn braid_comm_mem_free(c: *mut braid_comm, ptr: *mut c_void) -> braid_status;
+    pub fn braid_mem_register(
+        c: *mut braid_comm,
+        buf: *mut c_void,
+        size: usize,
+        handle: *mut *mut c_void,
+    ) -> braid_status;
+    pub fn braid_mem_deregister(c: *mut braid_comm, handle: *mut c_void) -> braid_status;
 
     pub fn braid_has_stream_sync(c: *const braid_comm) -> bool;
     pub fn braid_event_create(c: *mut braid_comm, event: *mut u64) -> braid_status;

@@ -61,7 +61,7 @@ pub use comm::{Comm, Config, Exchange, Op};
 pub use communicator::{Communicator, ReduceOp, StreamSyncOps};
 pub use dtype::{Bool, Complex128, Complex64, DType, Element, BF16, F16, FP8E4M3, FP8E5M2};
 pub use error::{Error, Result, Status};
-pub use mem::MemBuffer;
+pub use mem::{CommBuffer, MemBuffer, Registrable, Registration};
 
 /// The version of the libbraid in use ("MAJOR.MINOR.PATCH").
 pub fn library_version() -> String {

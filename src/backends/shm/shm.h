@@ -23,6 +23,7 @@
 #define SHM_SLOT_DATA (SHM_SLOT_BYTES - 64u)   /* payload of the flat small-message scheme */
 #define SHM_RING_BYTES (256u << 10)            /* per ordered pair of ranks */
 #define SHM_EAGER_MAX (8u << 10)               /* larger sends go by rendezvous */
+#define SHM_EBUF_CACHE 16                      /* eager buffers kept for unexpected messages */
 #define SHM_FRAG (64u << 10)                   /* data fragment when streaming through a ring */
 #define SHM_ROTATE ((size_t)512 << 10)      /* calls staging up to this much per rank rotate (see rotate) */
 #define SHM_ROTATE_REGION ((size_t)2 << 20) /* ... through this much of their region */
@@ -136,6 +137,7 @@ typedef struct shm_umsg {
   int rndv, zc;
   uint64_t id, addr;
   char *data;
+  int pooled; /* data is an SHM_EAGER_MAX buffer of the state's cache */
 } shm_umsg;
 
 typedef struct shm_ctrl shm_ctrl;
@@ -163,6 +165,11 @@ typedef struct shm_state {
   uint64_t ph;         /* my phase flag value */
   uint64_t cseq;       /* flat exchanges run (slot parity) */
   uint64_t bseq;       /* ring calls run (small broadcasts, scatters, gathers, reduces: the ring entry) */
+  /* Buffers for unexpected eager payloads, kept: a malloc/free of a few KiB
+     at the top of the heap made glibc grow and trim it by sbrk on every
+     message, with a TLB shootdown each time. */
+  char *ebuf[SHM_EBUF_CACHE];
+  int nebuf;
   uint64_t ring_low;   /* every other rank had finished this many ring calls when last read */
   uint32_t chash;      /* this call's digest as shm compares it: c->desc_hash folded with rdig */
   uint32_t rdig;       /* digest of the ring calls since the last call that compared every rank's digest */

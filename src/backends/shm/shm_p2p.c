@@ -169,6 +169,12 @@ static const braid__mem_ref *rts_zref(const shm_state *s, const shm_rec *h, cons
 
 /* A message (eager payload or rendezvous descriptor) from src meets the
    posted receives; unmatched, it is kept as unexpected. */
+static void umsg_data_free(shm_state *s, shm_umsg *u) {
+  if (u->pooled && u->data && s->nebuf < SHM_EBUF_CACHE) s->ebuf[s->nebuf++] = u->data;
+  else free(u->data);
+  u->data = NULL;
+}
+
 static braid_status deliver(braid_comm *c, shm_state *s, int src, const shm_rec *h, const char *payload) {
   int rndv = h->kind == REC_RTS;
   braid__msg_hdr mh = rec_hdr(h);
@@ -206,7 +212,8 @@ static braid_status deliver(braid_comm *c, shm_state *s, int src, const shm_rec 
     u->zc = 1;
   }
   if (!rndv && h->len) {
-    u->data = malloc(h->len);
+    u->pooled = h->len <= SHM_EAGER_MAX;
+    u->data = !u->pooled ? malloc(h->len) : s->nebuf ? s->ebuf[--s->nebuf] : malloc(SHM_EAGER_MAX);
     if (!u->data) {
       free(u);
       return braid__fail(c, BRAID_ERR_NO_MEMORY, "out of memory buffering a %u-byte message from rank %d", h->len,
@@ -422,19 +429,16 @@ braid_status shm_take(braid_comm *c, braid__req *br, braid__umsg *bu) {
   } else {
     st = stream_later(c, s, r, u->id);
   }
-  free(u->data);
-  u->data = NULL;
+  umsg_data_free(s, u);
   return st;
 }
 
 void shm_release_umsg(braid_comm *c, braid__umsg *bu) {
-  (void)c;
-  shm_umsg *u = (shm_umsg *)bu;
-  free(u->data);
-  u->data = NULL;
+  umsg_data_free(c->be, (shm_umsg *)bu);
 }
 
 void shm_p2p_free(braid_comm *c, shm_state *s) {
+  while (s->nebuf) free(s->ebuf[--s->nebuf]);
   while (s->sends) {
     shm_req *o = s->sends;
     s->sends = o->snext;

@@ -117,7 +117,7 @@ static braid_status dispatch(braid_comm *c, const braid__coll_args *a, const voi
         st = o->all_to_allv(c, send, a->send_counts, a->send_displs, recv, a->recv_counts, a->recv_displs, dt);
         break;
     }
-    return end_native(c, st);
+    if (st != BRAID__DECLINED) return end_native(c, st);
   }
   int g = generic_algo(c, kind, bytes);
   braid_status st;

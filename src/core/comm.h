@@ -13,6 +13,10 @@
 #include "core/match.h"
 #include "core/p2p.h"
 
+/* A native collective's answer: "run the generic algorithm instead" (see
+   braid__backend). Never returned to the application. */
+#define BRAID__DECLINED ((braid_status)0x7fff)
+
 typedef struct braid__backend braid__backend;
 
 /* Optional CUDA stream hooks; NULL table: the backend has no communication stream. */
@@ -125,6 +129,10 @@ struct braid__backend {
      written only for the sizes where it beats the generic one. It must
      depend only on arguments every rank passes alike. */
   int (*declines)(const braid_comm *c, braid__coll_kind kind, size_t bytes);
+  /* A native collective may also return BRAID__DECLINED, before it has
+     written any buffer of the caller and only where every rank makes the
+     same choice (e.g. from what an exchange of its own just showed every
+     rank): the generic algorithm then runs. */
   /* Optional, with the call check on: runs before a generic algorithm, for
      a backend whose native calls defer part of their check (shm's ring
      calls) to settle it first. */

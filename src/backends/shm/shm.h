@@ -265,6 +265,8 @@ braid_status shm_reduce(braid_comm *c, const void *send, void *recv, size_t coun
 braid_status shm_gather(braid_comm *c, const void *send, void *recv, size_t count, braid_dtype dt, int root);
 braid_status shm_scatter(braid_comm *c, const void *send, void *recv, size_t count, braid_dtype dt, int root);
 braid_status shm_all_to_all(braid_comm *c, const void *send, void *recv, size_t count, braid_dtype dt);
+braid_status shm_all_to_allv(braid_comm *c, const void *send, const size_t *send_counts, const size_t *send_displs,
+                             void *recv, const size_t *recv_counts, const size_t *recv_displs, braid_dtype dt);
 int shm_declines(const braid_comm *c, braid__coll_kind kind, size_t bytes);
 braid_status shm_settle(braid_comm *c);
 braid_status shm_all_reduce(braid_comm *c, void *buf, size_t count, braid_dtype dt, braid_op op);

@@ -189,23 +189,41 @@ static void slice_of(size_t count, int n, int q, size_t *start, size_t *len) {
    has moved on: each exchange waits for every rank, so starting exchange k
    means every rank has finished k-2. Collectives that do not wait for every
    rank (small broadcasts) therefore never use the slots. */
-static braid_status flat_exchange(braid_comm *c, shm_state *s, const void *src, size_t bytes, int *parity,
-                                  const char *what) {
-  uint64_t k = ++s->cseq;
-  *parity = (int)(k & 1);
-  char *mine = slot_of(s, s->me, *parity);
-  if (bytes) memcpy(slot_data(mine, bytes), src, bytes);
-  atomic_store_explicit(slot_seq(mine), word_of(k, s->chash), memory_order_release);
+/* The slot of this rank for the next exchange (its parity in *parity, its
+   counter in *k), to be filled before flat_finish. */
+static char *flat_slot(shm_state *s, int *parity, uint64_t *k) {
+  *k = ++s->cseq;
+  *parity = (int)(*k & 1);
+  return slot_of(s, s->me, *parity);
+}
+
+/* Publishes this rank's filled slot and waits for every other rank's. */
+static braid_status flat_finish(braid_comm *c, shm_state *s, uint64_t k, int parity, const char *what) {
+  atomic_store_explicit(slot_seq(slot_of(s, s->me, parity)), word_of(k, s->chash), memory_order_release);
   shm_wake_peers(s);
   for (int q = 0; q < s->n; q++) {
     if (q == s->me) continue;
-    _Atomic uint64_t *seq = slot_seq(slot_of(s, q, *parity));
+    _Atomic uint64_t *seq = slot_seq(slot_of(s, q, parity));
     uint64_t w;
     SHM_WAIT_UNTIL(word_is(w = atomic_load_explicit(seq, memory_order_acquire), k), q, what);
     if ((uint32_t)w != s->chash && c->check) return mismatch(c, s, q);
   }
   all_compared(c, s);
   return BRAID_OK;
+}
+
+/* Every rank publishes `bytes` from src (may be NULL when bytes is 0) in its
+   slot of this exchange's parity (returned in *parity) and waits for every
+   other rank's. A slot is reused two exchanges later, by when every reader
+   has moved on: each exchange waits for every rank, so starting exchange k
+   means every rank has finished k-2. Collectives that do not wait for every
+   rank (the ring calls) therefore never use the slots. */
+static braid_status flat_exchange(braid_comm *c, shm_state *s, const void *src, size_t bytes, int *parity,
+                                  const char *what) {
+  uint64_t k;
+  char *mine = flat_slot(s, parity, &k);
+  if (bytes) memcpy(slot_data(mine, bytes), src, bytes);
+  return flat_finish(c, s, k, *parity, what);
 }
 
 static const void **srcs_array(shm_state *s, const void **stackbuf, int cap) {
@@ -931,6 +949,71 @@ braid_status shm_all_to_all(braid_comm *c, const void *vsend, void *vrecv, size_
     } else {
       memcpy(recv + at, slot_data(slot_of(s, q, p), total) + mine, bytes);
     }
+  }
+  return BRAID_OK;
+}
+
+/* All-to-allv through the slots when every rank's blocks fit in one: each
+   rank publishes a header (its total, or "does not fit"), its n counts and
+   its blocks packed in peer order. Only after the exchange do the ranks
+   know whether all fit (their counts differ); when one does not, every rank
+   sees it and declines, and the generic algorithm runs. Counts are checked
+   pair by pair against the receivers' recv_counts. */
+braid_status shm_all_to_allv(braid_comm *c, const void *vsend, const size_t *scounts, const size_t *sdispls, void *vrecv,
+                             const size_t *rcounts, const size_t *rdispls, braid_dtype dt) {
+  shm_state *s = c->be;
+  const int n = s->n, me = s->me, inplace = vsend == vrecv;
+  const size_t es = braid_dtype_size(dt);
+  const size_t *sc = inplace ? rcounts : scounts, *sd = inplace ? rdispls : sdispls;
+  const char *send = vsend;
+  char *recv = vrecv;
+  if (n == 1) {
+    if (!inplace && sc[0]) memcpy(recv + rdispls[0] * es, send + sd[0] * es, sc[0] * es);
+    return BRAID_OK;
+  }
+  const uint64_t NOFIT = UINT64_MAX;
+  const size_t head = 8 * (1 + (size_t)n);
+  size_t total = 0;
+  int fits = head <= SHM_SLOT_DATA;
+  for (int j = 0; j < n && fits; j++) {
+    if (sc[j] > (SHM_SLOT_DATA - head - total) / es) fits = 0;
+    else total += sc[j] * es;
+  }
+  int p;
+  uint64_t k;
+  char *d = slot_data(flat_slot(s, &p, &k), SHM_SLOT_DATA);
+  uint64_t *hd = (uint64_t *)(void *)d;
+  hd[0] = fits ? total : NOFIT;
+  if (fits) {
+    char *at = d + head;
+    for (int j = 0; j < n; j++) {
+      hd[1 + j] = sc[j];
+      if (sc[j]) memcpy(at, send + sd[j] * es, sc[j] * es);
+      at += sc[j] * es;
+    }
+  }
+  braid_status st = flat_finish(c, s, k, p, "its input to braid_all_to_allv");
+  if (st) return st;
+  for (int q = 0; q < n; q++)
+    if (((const uint64_t *)(const void *)slot_data(slot_of(s, q, p), SHM_SLOT_DATA))[0] == NOFIT) return BRAID__DECLINED;
+  for (int q = 0; q < n; q++) {
+    if (q == me) continue;
+    const uint64_t *qh = (const uint64_t *)(const void *)slot_data(slot_of(s, q, p), SHM_SLOT_DATA);
+    if (qh[1 + me] != rcounts[q])
+      return braid__fail_comm(c, BRAID_ERR_MISMATCH, "rank %d sends %llu elements of %s to rank %d where rank %d expects %zu from it",
+                              braid__label(c, q), (unsigned long long)qh[1 + me], braid_dtype_name(dt),
+                              braid__label(c, me), braid__label(c, me), rcounts[q]);
+  }
+  for (int q = 0; q < n; q++) {
+    if (!rcounts[q]) continue;
+    if (q == me) {
+      if (!inplace) memcpy(recv + rdispls[me] * es, send + sd[me] * es, rcounts[me] * es);
+      continue;
+    }
+    const uint64_t *qh = (const uint64_t *)(const void *)slot_data(slot_of(s, q, p), SHM_SLOT_DATA);
+    size_t off = head;
+    for (int j = 0; j < me; j++) off += (size_t)qh[1 + j] * es;
+    memcpy(recv + rdispls[q] * es, (const char *)qh + off, rcounts[q] * es);
   }
   return BRAID_OK;
 }

@@ -547,5 +547,6 @@ const braid__backend braid__shm_backend = {
     .gather = shm_gather,
     .scatter = shm_scatter,
     .all_to_all = shm_all_to_all,
+    .all_to_allv = shm_all_to_allv,
     .stream = NULL,
 };

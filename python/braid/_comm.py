@@ -647,7 +647,24 @@ def _destroy_quietly(lib, handle):
 # ------------------------------------------------------------ memory of a communicator
 
 
-class DeviceMemory:
+class _Held:
+    """Something a Communicator hands out and releases (its key in the
+    communicator's table): released when garbage-collected at the latest."""
+
+    __slots__ = ("_comm", "_key", "_finalizer", "__weakref__")
+
+    @classmethod
+    def _held(cls, comm, key, **fields):
+        self = object.__new__(cls)
+        self._comm = comm
+        self._key = key
+        for name, value in fields.items():
+            setattr(self, name, value)
+        self._finalizer = weakref.finalize(self, comm._release, key)
+        return self
+
+
+class DeviceMemory(_Held):
     """Device memory of ``Communicator.mem_alloc`` on backend nccl
     (braid_comm_mem_alloc: ncclMemAlloc, on the current CUDA device), typed
     as an array of ``shape`` and ``dtype`` (a numpy dtype). numpy cannot
@@ -661,22 +678,14 @@ class DeviceMemory:
     destroyed, whichever comes first. Deregister a registration of it first.
     """
 
-    __slots__ = ("_comm", "_key", "_finalizer", "ptr", "nbytes", "shape", "dtype", "__weakref__")
+    __slots__ = ("ptr", "nbytes", "shape", "dtype")
 
     def __init__(self):
         raise TypeError("DeviceMemory comes from Communicator.mem_alloc on backend nccl")
 
     @classmethod
     def _make(cls, comm, key, ptr, nbytes, shape, dtype):
-        self = object.__new__(cls)
-        self._comm = comm
-        self._key = key
-        self.ptr = ptr
-        self.nbytes = nbytes
-        self.shape = shape
-        self.dtype = dtype
-        self._finalizer = weakref.finalize(self, comm._release, key)
-        return self
+        return cls._held(comm, key, ptr=ptr, nbytes=nbytes, shape=shape, dtype=dtype)
 
     @property
     def freed(self):
@@ -736,28 +745,21 @@ class DeviceMemory:
             self.nbytes, self.ptr, self.shape, self.dtype, ", freed" if self.freed else "")
 
 
-class Registration:
+class Registration(_Held):
     """A buffer registered with a communicator (``Communicator.register``,
     braid_mem_register). ``handle`` is braid's handle (an int; on the
     backends without registration a token), ``addr`` and ``nbytes`` the
     registered bytes. ``deregister()`` (or the end of a ``with`` block) ends
     it with braid_mem_deregister; the buffer stays referenced until then."""
 
-    __slots__ = ("_comm", "_key", "_finalizer", "handle", "addr", "nbytes", "__weakref__")
+    __slots__ = ("handle", "addr", "nbytes")
 
     def __init__(self):
         raise TypeError("a Registration comes from Communicator.register")
 
     @classmethod
     def _make(cls, comm, key, handle, addr, nbytes):
-        self = object.__new__(cls)
-        self._comm = comm
-        self._key = key
-        self.handle = handle
-        self.addr = addr
-        self.nbytes = nbytes
-        self._finalizer = weakref.finalize(self, comm._release, key)
-        return self
+        return cls._held(comm, key, handle=handle, addr=addr, nbytes=nbytes)
 
     @property
     def registered(self):

@@ -87,7 +87,8 @@ static braid_status mismatch(braid_comm *c, shm_state *s, int hint) {
   }
   /* Digests agree on this call but differ: an earlier ring call that
      nobody read differed. */
-  for (uint64_t sq = s->full_seq + 1; sq < c->seq; sq++) {
+  uint64_t from = s->full_seq + 1, logged = c->seq > SHM_DLOG ? c->seq - SHM_DLOG : 1;
+  for (uint64_t sq = from > logged ? from : logged; sq < c->seq; sq++) { /* what the call logs still hold */
     braid__desc mine;
     if (!shm_peer_desc(c, s->me, sq, &mine)) continue;
     for (int i = 0; i < s->n; i++) {

@@ -81,16 +81,17 @@ static int test_coll_large_nocma(void) {
   return 0;
 }
 
-/* Reduce, gather, scatter and all-to-all on both sides of the size where
-   shm's slot exchange gives way to staging (reduce) or to the generic
-   algorithms (f32: a gather block of 4080 elements still fits a slot, a
-   scatter's or all-to-all's n blocks of 2040 at 2 ranks or 1360 at 3), and
-   reduce through many staging rounds, with buffers in braid memory on some
-   ranks too. */
+/* Reduce, gather, scatter and all-to-all(v) on both sides of each size
+   where shm changes path (f32): a gather or reduce block leaves the ring
+   for the slots above 2032 elements at 2 ranks and 1344 at 3, and the
+   slots for staging (reduce) or the generic algorithm (gather) above 4080;
+   a scatter's or all-to-all's n blocks leave ring or slots above 2040 at 2
+   ranks and 1360 at 3. Reduce also runs many staging rounds, with buffers
+   in braid memory on some ranks. */
 static int test_rooted_paths(void) {
-  static const size_t counts[] = {1360, 1361, 2040, 2041, 4080, 4081, 70001};
+  static const size_t counts[] = {1344, 1345, 1360, 1361, 2032, 2033, 2040, 2041, 4080, 4081, 70001};
   static const size_t big[] = {70001, 300007};
-  matrix m = {counts, 7, 0, 0}, mb = {big, 2, 0, 2};
+  matrix m = {counts, BT_COUNT(counts), 0, 0}, mb = {big, 2, 0, 2};
   static const char *const small[] = {"BRAID_SHM_BUFFER=64K", NULL};
   return run(2, bt_coll_matrix_more, &m) || run(3, bt_coll_matrix_more, &m) ||
          run_env(3, bt_coll_matrix_more, &mb, small, -1, 240) || run(3, bt_coll_matrix_more, &mb);

@@ -33,12 +33,18 @@ static void print_native(void) {
                  {(const void *)b->broadcast, BRAID__COLL_BROADCAST},
                  {(const void *)b->all_gather, BRAID__COLL_ALL_GATHER},
                  {(const void *)b->reduce_scatter, BRAID__COLL_REDUCE_SCATTER},
-                 {(const void *)b->barrier, BRAID__COLL_BARRIER}};
+                 {(const void *)b->barrier, BRAID__COLL_BARRIER},
+                 {(const void *)b->reduce, BRAID__COLL_REDUCE},
+                 {(const void *)b->gather, BRAID__COLL_GATHER},
+                 {(const void *)b->scatter, BRAID__COLL_SCATTER},
+                 {(const void *)b->all_to_all, BRAID__COLL_ALL_TO_ALL},
+                 {(const void *)b->all_to_allv, BRAID__COLL_ALL_TO_ALLV}};
     printf("  %s:", name);
     int any = 0;
     for (size_t i = 0; i < sizeof colls / sizeof colls[0]; i++)
       if (colls[i].fn) printf("%s %s", any++ ? "," : "", braid__coll_short_name(colls[i].kind));
-    printf("%s\n", any ? "" : " none");
+    /* Some of them only up to a size: the larger calls take the table. */
+    printf("%s%s\n", any ? "" : " none", b->declines ? " (some only for small sizes)" : "");
   }
 }
 

@@ -663,6 +663,21 @@ class _Held:
         self._finalizer = weakref.finalize(self, comm._release, key)
         return self
 
+    def _live(self):
+        return self._key in self._comm._owned
+
+    def _end(self):  # free() or deregister()
+        raise NotImplementedError
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        with self._comm._mem_lock:
+            if self._live():
+                self._end()
+        return False
+
 
 class DeviceMemory(_Held):
     """Device memory of ``Communicator.mem_alloc`` on backend nccl
@@ -690,7 +705,7 @@ class DeviceMemory(_Held):
     @property
     def freed(self):
         """Whether the memory was freed (by free() or by the communicator's destroy())."""
-        return self._key not in self._comm._owned
+        return not self._live()
 
     def _gone(self, call, arg=None):
         what = "%s (device memory at 0x%x)" % (arg, self.ptr) if arg else "device memory at 0x%x" % self.ptr
@@ -712,14 +727,7 @@ class DeviceMemory(_Held):
             self._finalizer.detach()
             c._release(self._key, call)
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        with self._comm._mem_lock:
-            if not self.freed:
-                self.free()
-        return False
+    _end = free
 
     @property
     def __cuda_array_interface__(self):
@@ -764,7 +772,7 @@ class Registration(_Held):
     @property
     def registered(self):
         """Whether it is still registered (not deregistered, communicator not destroyed)."""
-        return self._key in self._comm._owned
+        return self._live()
 
     def deregister(self):
         """Ends the registration (braid_mem_deregister). Deregistering twice,
@@ -779,14 +787,7 @@ class Registration(_Held):
             self._finalizer.detach()
             c._release(self._key, call)
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        with self._comm._mem_lock:
-            if self.registered:
-                self.deregister()
-        return False
+    _end = deregister
 
     def __repr__(self):
         return "<braid.Registration of %d bytes at 0x%x%s>" % (

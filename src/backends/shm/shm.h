@@ -87,7 +87,7 @@ typedef struct shm_dlog {
    are a region of their own, away from the lines every call touches.) */
 typedef struct shm_ctl {
   _Alignas(SHM_CL) _Atomic uint64_t flag;
-  _Atomic uint64_t bcast_done;  /* small broadcasts this rank has finished */
+  _Atomic uint64_t bcast_done;  /* ring calls (small broadcasts, scatters, gathers, reduces) this rank has finished */
   _Atomic uint64_t stream_done; /* chunks of streamed broadcasts this rank has written (root) or copied out */
   uint64_t addr;                /* this rank's buffer, for peers' single copy */
   _Atomic uint32_t dhash;       /* digest of the collective its phase posts belong to */

@@ -106,8 +106,8 @@ static braid_status mismatch(braid_comm *c, shm_state *s, int hint) {
 
 /* Every collective starts here (native or generic): its descriptor goes in
    the call log and its digest beside the phase flag (read by peers after
-   they see a post). */
-/* Ring calls (small broadcasts, scatters, gathers, reduces) let writers
+   they see a post).
+   Ring calls (small broadcasts, scatters, gathers, reduces) let writers
    return without reading anything: the root of a scatter and a non-root of
    a gather both write, so if they disagree nobody would see it. Every call
    therefore compares its digest folded with a digest of the ring calls since
@@ -129,19 +129,6 @@ static void ring_fold(braid_comm *c, shm_state *s) {
 static void all_compared(braid_comm *c, shm_state *s) {
   s->rdig = 0;
   s->full_seq = c->seq;
-}
-
-static braid_status flat_exchange(braid_comm *c, shm_state *s, const void *src, size_t bytes, int *parity,
-                                  const char *what);
-
-/* Before a call that compares no digests of its own (a generic algorithm,
-   a streamed broadcast): ring calls not yet compared are, in an empty slot
-   exchange. Ranks that agree on every call agree on whether one is due. */
-braid_status shm_settle(braid_comm *c) {
-  shm_state *s = c->be;
-  int p;
-  if (!c->check || !s->rdig) return BRAID_OK;
-  return flat_exchange(c, s, NULL, 0, &p, "its check of the calls before this one");
 }
 
 /* After the first wait for every peer's post: did each post for this call? */
@@ -184,12 +171,6 @@ static void slice_of(size_t count, int n, int q, size_t *start, size_t *len) {
 
 /* ---------------------------------------------------------------- flat small-message collectives */
 
-/* Every rank publishes `bytes` from src (may be NULL when bytes is 0) in its
-   slot of this exchange's parity (returned in *parity) and waits for every
-   other rank's. A slot is reused two exchanges later, by when every reader
-   has moved on: each exchange waits for every rank, so starting exchange k
-   means every rank has finished k-2. Collectives that do not wait for every
-   rank (small broadcasts) therefore never use the slots. */
 /* The slot of this rank for the next exchange (its parity in *parity, its
    counter in *k), to be filled before flat_finish. */
 static char *flat_slot(shm_state *s, int *parity, uint64_t *k) {
@@ -225,6 +206,16 @@ static braid_status flat_exchange(braid_comm *c, shm_state *s, const void *src, 
   char *mine = flat_slot(s, parity, &k);
   if (bytes) memcpy(slot_data(mine, bytes), src, bytes);
   return flat_finish(c, s, k, *parity, what);
+}
+
+/* Before a call that compares no digests of its own (a generic algorithm,
+   a streamed broadcast): ring calls not yet compared are, in an empty slot
+   exchange. Ranks that agree on every call agree on whether one is due. */
+braid_status shm_settle(braid_comm *c) {
+  shm_state *s = c->be;
+  int p;
+  if (!c->check || !s->rdig) return BRAID_OK;
+  return flat_exchange(c, s, NULL, 0, &p, "its check of the calls before this one");
 }
 
 static const void **srcs_array(shm_state *s, const void **stackbuf, int cap) {
@@ -362,7 +353,7 @@ static braid_status red_staging(braid_comm *c, shm_state *s, const char *in, cha
   /* Keep a round's slices L2-sized so the reduce reads cached data. */
   size_t cap = ((size_t)s->n * (256u << 10)) / es;
   if (per_round > cap) per_round = cap;
-  const int gets = root < 0 || root == s->me; /* this rank receives the result */
+  const int gets = ar || root == s->me; /* this rank receives the result */
   SRCS_DECL;
   /* In place from braid memory only when ranks outnumber cores: there every
      copy saved is CPU time the other ranks get (4 ranks on 2 cores, 1 MiB:
@@ -371,7 +362,7 @@ static braid_status red_staging(braid_comm *c, shm_state *s, const char *in, cha
      lines the peers have just read while reading theirs (2 ranks, 1 MiB:
      70 us staged, 90 us in place). */
   uint64_t key = s->ph + 1;
-  int zme = root < 0 && s->oversub && shm_zc_announce(s, in, count * es, key), nzc = 0;
+  int zme = ar && s->oversub && shm_zc_announce(s, in, count * es, key), nzc = 0;
   for (size_t off = 0; off < count && !st; off += per_round) {
     size_t L = count - off < per_round ? count - off : per_round;
     size_t h = stage_slot(s, L * es, count * es);
@@ -590,7 +581,8 @@ braid_status shm_broadcast(braid_comm *c, void *vbuf, size_t count, braid_dtype 
   if (s->n == 1) return BRAID_OK;
   char *buf = vbuf;
   size_t bytes = count * braid_dtype_size(dt);
-  if (bytes <= SHM_SLOT_DATA) return ring_from_root(c, s, buf, bytes, buf, 0, bytes, root, "the root's data in braid_broadcast");
+  if (bytes <= SHM_SLOT_DATA)
+    return ring_from_root(c, s, buf, bytes, buf, 0, bytes, root, "the root's data in braid_broadcast");
   braid_status st;
   if (s->cma && bytes >= s->cma_min) {
     shm_ctl_of(s, s->me)->addr = (uint64_t)(uintptr_t)buf;
@@ -865,6 +857,19 @@ braid_status shm_reduce_scatter(braid_comm *c, const void *vsend, void *vrecv, s
    parallel. Larger gathers, scatters and all-to-alls take the generic
    algorithms over shm's point-to-point path (shm_declines). */
 
+/* The inputs of a small reduce or gather, at the root: every rank's bytes
+   in from[] (this rank's: src), from ring sections when they fit (*ring set;
+   the root calls ring_done(c, s, *b) once it has read them), else from the
+   slots. Non-roots only hand theirs over. */
+static braid_status small_to_root(braid_comm *c, shm_state *s, const void *src, size_t bytes, int root,
+                                  const void **from, uint64_t *b, int *ring, const char *call) {
+  if ((*ring = ring_fits_all(s, bytes))) return ring_to_root(c, s, src, bytes, root, from, b, call);
+  int p;
+  braid_status st = flat_exchange(c, s, src, bytes, &p, call);
+  for (int q = 0; q < s->n && !st; q++) from[q] = q == s->me ? src : slot_data(slot_of(s, q, p), bytes);
+  return st;
+}
+
 braid_status shm_reduce(braid_comm *c, const void *vsend, void *vrecv, size_t count, braid_dtype dt, braid_op op,
                         int root) {
   shm_state *s = c->be;
@@ -876,22 +881,13 @@ braid_status shm_reduce(braid_comm *c, const void *vsend, void *vrecv, size_t co
   }
   size_t bytes = count * braid_dtype_size(dt);
   if (bytes > SHM_SLOT_DATA) return red_staging(c, s, send, s->me == root ? recv : NULL, count, dt, op, root);
-  braid_status st;
   SRCS_DECL;
-  if (ring_fits_all(s, bytes)) {
-    uint64_t b;
-    st = ring_to_root(c, s, send, bytes, root, srcs, &b, "its input to braid_reduce");
-    if (!st && s->me == root) {
-      braid__reduce(recv, srcs, s->n, count, dt, op, s->n);
-      ring_done(c, s, b);
-    }
-  } else {
-    int p;
-    st = flat_exchange(c, s, send, bytes, &p, "its input to braid_reduce");
-    if (!st && s->me == root) {
-      for (int q = 0; q < s->n; q++) srcs[q] = q == s->me ? send : slot_data(slot_of(s, q, p), bytes);
-      braid__reduce(recv, srcs, s->n, count, dt, op, s->n);
-    }
+  uint64_t b = 0;
+  int ring;
+  braid_status st = small_to_root(c, s, send, bytes, root, srcs, &b, &ring, "its input to braid_reduce");
+  if (!st && s->me == root) {
+    braid__reduce(recv, srcs, s->n, count, dt, op, s->n);
+    if (ring) ring_done(c, s, b);
   }
   SRCS_FREE;
   return st;
@@ -905,16 +901,10 @@ braid_status shm_gather(braid_comm *c, const void *send, void *vrecv, size_t cou
     if (send != recv) memcpy(recv, send, bytes);
     return BRAID_OK;
   }
-  braid_status st;
   SRCS_DECL;
   uint64_t b = 0;
-  int ring = ring_fits_all(s, bytes), p;
-  if (ring) {
-    st = ring_to_root(c, s, send, bytes, root, srcs, &b, "its input to braid_gather");
-  } else {
-    st = flat_exchange(c, s, send, bytes, &p, "its input to braid_gather");
-    for (int q = 0; q < s->n && !st; q++) srcs[q] = q == s->me ? send : slot_data(slot_of(s, q, p), bytes);
-  }
+  int ring;
+  braid_status st = small_to_root(c, s, send, bytes, root, srcs, &b, &ring, "its input to braid_gather");
   if (!st && s->me == root) {
     for (int q = 0; q < s->n; q++)
       if (srcs[q] != recv + (size_t)q * bytes) memcpy(recv + (size_t)q * bytes, srcs[q], bytes);
@@ -952,6 +942,12 @@ braid_status shm_all_to_all(braid_comm *c, const void *vsend, void *vrecv, size_
     }
   }
   return BRAID_OK;
+}
+
+/* Rank q's all-to-allv header in its slot of parity p: total or NOFIT,
+   then its n counts; its blocks follow. */
+static const uint64_t *a2av_head(shm_state *s, int q, int p) {
+  return (const uint64_t *)(const void *)slot_data(slot_of(s, q, p), SHM_SLOT_DATA);
 }
 
 /* All-to-allv through the slots when every rank's blocks fit in one: each
@@ -996,12 +992,12 @@ braid_status shm_all_to_allv(braid_comm *c, const void *vsend, const size_t *sco
   braid_status st = flat_finish(c, s, k, p, "its input to braid_all_to_allv");
   if (st) return st;
   for (int q = 0; q < n; q++)
-    if (((const uint64_t *)(const void *)slot_data(slot_of(s, q, p), SHM_SLOT_DATA))[0] == NOFIT) return BRAID__DECLINED;
+    if (a2av_head(s, q, p)[0] == NOFIT) return BRAID__DECLINED;
   for (int q = 0; q < n; q++) {
-    if (q == me) continue;
-    const uint64_t *qh = (const uint64_t *)(const void *)slot_data(slot_of(s, q, p), SHM_SLOT_DATA);
-    if (qh[1 + me] != rcounts[q])
-      return braid__fail_comm(c, BRAID_ERR_MISMATCH, "rank %d sends %llu elements of %s to rank %d where rank %d expects %zu from it",
+    const uint64_t *qh = a2av_head(s, q, p);
+    if (q != me && qh[1 + me] != rcounts[q])
+      return braid__fail_comm(c, BRAID_ERR_MISMATCH,
+                              "rank %d sends %llu elements of %s to rank %d where rank %d expects %zu from it",
                               braid__label(c, q), (unsigned long long)qh[1 + me], braid_dtype_name(dt),
                               braid__label(c, me), braid__label(c, me), rcounts[q]);
   }
@@ -1011,7 +1007,7 @@ braid_status shm_all_to_allv(braid_comm *c, const void *vsend, const size_t *sco
       if (!inplace) memcpy(recv + rdispls[me] * es, send + sd[me] * es, rcounts[me] * es);
       continue;
     }
-    const uint64_t *qh = (const uint64_t *)(const void *)slot_data(slot_of(s, q, p), SHM_SLOT_DATA);
+    const uint64_t *qh = a2av_head(s, q, p);
     size_t off = head;
     for (int j = 0; j < me; j++) off += (size_t)qh[1 + j] * es;
     memcpy(recv + rdispls[q] * es, (const char *)qh + off, rcounts[q] * es);
@@ -1020,7 +1016,8 @@ braid_status shm_all_to_allv(braid_comm *c, const void *vsend, const size_t *sco
 }
 
 /* Which calls shm leaves to the generic algorithms: gathers, scatters and
-   all-to-alls too large for one slot exchange. bytes is per rank's block. */
+   all-to-alls too large for the slots or the ring. bytes is per rank's
+   block. */
 int shm_declines(const braid_comm *c, braid__coll_kind kind, size_t bytes) {
   const shm_state *s = c->be;
   switch (kind) {

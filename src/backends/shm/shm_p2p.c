@@ -167,14 +167,15 @@ static const braid__mem_ref *rts_zref(const shm_state *s, const shm_rec *h, cons
              : NULL;
 }
 
-/* A message (eager payload or rendezvous descriptor) from src meets the
-   posted receives; unmatched, it is kept as unexpected. */
+/* An unexpected message's eager payload goes back to the cache (see ebuf). */
 static void umsg_data_free(shm_state *s, shm_umsg *u) {
   if (u->pooled && u->data && s->nebuf < SHM_EBUF_CACHE) s->ebuf[s->nebuf++] = u->data;
   else free(u->data);
   u->data = NULL;
 }
 
+/* A message (eager payload or rendezvous descriptor) from src meets the
+   posted receives; unmatched, it is kept as unexpected. */
 static braid_status deliver(braid_comm *c, shm_state *s, int src, const shm_rec *h, const char *payload) {
   int rndv = h->kind == REC_RTS;
   braid__msg_hdr mh = rec_hdr(h);

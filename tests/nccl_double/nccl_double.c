@@ -31,6 +31,7 @@ _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2, "cross-process atomics need lock-fre
 static struct {
   int devices;
   int no_driver;
+  int one_per_device;
   long fail_at;
   long hang_at;
   int log_fd;
@@ -51,6 +52,7 @@ static void env_load(void) {
   g_env.devices = (int)env_long("BRAID_NCCL_DOUBLE_DEVICES", 1);
   if (g_env.devices < 0) g_env.devices = 0;
   g_env.no_driver = env_long("BRAID_NCCL_DOUBLE_NO_DRIVER", 0) == 1;
+  g_env.one_per_device = env_long("BRAID_NCCL_DOUBLE_ONE_PER_DEVICE", 0) == 1;
   g_env.fail_at = env_long("BRAID_NCCL_DOUBLE_FAIL_AT", 0);
   g_env.hang_at = env_long("BRAID_NCCL_DOUBLE_HANG_AT", 0);
   g_env.log_fd = -1;
@@ -1281,6 +1283,14 @@ ND_API ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUni
   if (r != ncclSuccess) return r;
   atomic_store(&g_log_rank, rank);
   *comm = c;
+  if (g_env.one_per_device && nranks > g_env.devices) { /* as NCCL refuses two ranks on one GPU */
+    pthread_mutex_lock(&c->mu);
+    snprintf(c->last_error, sizeof c->last_error, "Duplicate GPU detected : rank %d and another rank both on the "
+             "test double's device", rank);
+    pthread_mutex_unlock(&c->mu);
+    atomic_store(&c->async_err, ncclInvalidUsage);
+    return blocking ? ncclInvalidUsage : ncclInProgress;
+  }
   if (!blocking) return ncclInProgress;
   comm_wait_joined(c);
   return ncclSuccess;

@@ -24,7 +24,7 @@ static double now_s(void) {
 }
 
 static int ring(braid_comm *c, int rank, int n, size_t cnt) {
-  unsigned char *s = malloc(cnt), *r = malloc(cnt);
+  unsigned char *s = malloc(cnt + 1), *r = malloc(cnt + 1); /* + 1: never malloc(0) */
   BT_CHECK(s && r, "out of memory");
   for (size_t i = 0; i < cnt; i++) s[i] = (unsigned char)(rank * 31 + i * 7);
   int left = (rank + n - 1) % n;

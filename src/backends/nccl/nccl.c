@@ -7,9 +7,12 @@
    (config.blocking = 0): no NCCL call can hold a thread past braid's
    deadlines, and a failed communicator is ended with ncclCommAbort.
 
-   Completion: each enqueued unit (a collective, a batch of sends and
-   receives) records an event of a ring; progress queries the oldest
-   events and polls ncclCommGetAsyncError.
+   Completion: each enqueued unit (a batch of sends and receives, a call
+   check) records an event of a ring; progress queries the oldest events
+   and polls ncclCommGetAsyncError. A collective records no event of its
+   own: the next event on the stream, recorded at the latest when something
+   waits, completes after it, so back-to-back collectives cost the stream
+   nothing beyond NCCL's own launches.
 
    Point to point: NCCL pairs sends and receives by call order per pair of
    ranks, not by tag. Sends and receives are queued and issued in one
@@ -83,7 +86,8 @@ typedef struct nccl_state {
   ring_ent ring[RING];
   uint64_t issued, done; /* units enqueued / known complete */
   int busy;              /* 1 counted in c->npending while collectives are in flight */
-  uint64_t coll_last;    /* serial of the last collective */
+  uint64_t coll_last;    /* serial of the unit that ends the last collective */
+  int tail_open;         /* collectives enqueued after the last unit's event: the next event covers them */
   uint32_t *dchk;        /* device: 2 words per digest slot, then the barrier's word */
   uint32_t *hchk;        /* pinned: 4 words per digest slot (digest out, result in) */
   uint64_t nchk;         /* digests so far: slot nchk % RING is next (each has a unit, so at most RING fly) */
@@ -199,7 +203,7 @@ static braid_status reap(braid_comm *c) {
     *pp = r->next;
     braid__req_complete(c, &r->base, BRAID_OK);
   }
-  if (s->busy && s->done >= s->coll_last) {
+  if (s->busy && !s->tail_open && s->done >= s->coll_last) {
     s->busy = 0;
     c->npending--;
   }
@@ -228,7 +232,7 @@ static braid_status wait_until(braid_comm *c, int (*cond)(braid_comm *), const c
 
 static int ring_has_room(braid_comm *c) { return state(c)->issued - state(c)->done < RING; }
 static int ring_has_room2(braid_comm *c) { return state(c)->issued - state(c)->done + 2 <= RING; }
-static int stream_idle(braid_comm *c) { return state(c)->done == state(c)->issued; }
+static int stream_idle(braid_comm *c) { return !state(c)->tail_open && state(c)->done == state(c)->issued; }
 
 /* Records the unit just enqueued; check: it ends the collective whose
    digest is in s->chk_slot. */
@@ -238,6 +242,7 @@ static braid_status ring_push(braid_comm *c, int check) {
   cudaError_t e = s->a->cudaEventRecord(s->ring[slot].ev, s->stream);
   if (e != cudaSuccess) return cuda_fail(c, "cudaEventRecord", e);
   s->ring[slot].serial = ++s->issued;
+  if (s->tail_open) s->coll_last = s->issued, s->tail_open = 0; /* this event completes after them */
   s->ring[slot].chk = check ? s->chk_slot : -1;
   s->ring[slot].seq = c->seq;
   s->ring[slot].desc = c->desc;
@@ -520,6 +525,7 @@ static braid_status nccl_progress(braid_comm *c) {
     return (braid_status)atomic_load(&c->failed);
   }
   braid_status st = reap(c);
+  if (!st && s->tail_open && ring_has_room(c)) st = ring_push(c, 0); /* something waits: mark the stream's end */
   if (!st) st = poll_async(c);
   if (!st && (s->queued || s->round_open)) st = p2p_step(c);
   if (!st && s->issued != s->done) st = reap(c);
@@ -716,7 +722,15 @@ static braid_status nccl_init(braid_comm *c) {
   rc = a->ncclCommGetAsyncError(s->comm, &as);
   if (rc == ncclSuccess) rc = as;
   if (rc != ncclSuccess) {
-    st = nccl_fail(c, "ncclCommInitRankConfig", rc);
+    /* The usual cause of NCCL's refusal: more ranks on a host than GPUs. */
+    int shared = rc == ncclInvalidUsage && c->boot && c->boot->local_size > a->device_count;
+    st = shared ? braid__fail(c, BRAID_ERR_INVALID_ARG,
+                              "ncclCommInitRankConfig refused the communicator: %d ranks on this host share %d GPU(s), "
+                              "and NCCL needs a GPU of its own for each rank (start at most one rank per GPU); NCCL "
+                              "says: %s",
+                              c->boot->local_size, a->device_count,
+                              nccl_detail(s) ? nccl_detail(s) : a->ncclGetErrorString(rc))
+                : nccl_fail(c, "ncclCommInitRankConfig", rc);
     end_comm(s);
     return st;
   }
@@ -731,12 +745,12 @@ static void nccl_destroy(braid_comm *c, double timeout_s) {
   if (!s) return;
   double deadline = braid__now() + timeout_s;
   if (s->comm && !atomic_load(&c->failed)) {
-    while ((s->queued || s->round_open || s->issued != s->done) && braid__now() < deadline) {
+    while ((s->queued || s->round_open || s->tail_open || s->issued != s->done) && braid__now() < deadline) {
       if (nccl_progress(c)) break;
       sched_yield();
     }
   }
-  int unfinished = s->issued != s->done || s->queued;
+  int unfinished = s->issued != s->done || s->queued || s->tail_open;
   if (s->comm && !unfinished && !atomic_load(&c->failed)) {
     ncclResult_t rc = s->a->ncclCommFinalize(s->comm);
     while (rc == ncclInProgress && braid__now() < deadline) {
@@ -757,7 +771,7 @@ static void nccl_destroy(braid_comm *c, double timeout_s) {
   /* Bounded: a stream still held up (by an event of a user stream that never
      completes) keeps its memory, since cudaFree would wait for it. */
   double until = braid__now() + timeout_s + 1.0;
-  int idle = s->issued == s->done;
+  int idle = s->issued == s->done && !s->tail_open;
   while (!idle && braid__now() < until) {
     cudaError_t e = s->a->cudaStreamQuery(s->stream);
     idle = e != cudaErrorNotReady;
@@ -813,9 +827,8 @@ static braid_status coll_begin(braid_comm *c) {
 static braid_status coll_end(braid_comm *c, const char *fn, ncclResult_t rc) {
   nccl_state *s = state(c);
   braid_status st = settle(c, fn, rc);
-  if (!st) st = ring_push(c, 0);
   if (st) return st;
-  s->coll_last = s->issued;
+  s->tail_open = 1;
   if (!s->busy) {
     s->busy = 1;
     c->npending++;

@@ -11,7 +11,10 @@
  * shm on one host), which carries the ncclUniqueId and the barriers only.
  * NCCL and the CUDA runtime are opened at run time like braid's backend
  * does (BRAID_NCCL_LIB, BRAID_CUDART_LIB); device = BRAID_CUDA_DEVICE, else
- * the local rank modulo the devices.
+ * the local rank modulo the devices. The communicator is blocking, as an
+ * application's usually is; NCCL_COLL_NONBLOCKING=1 makes it non-blocking
+ * (config.blocking = 0, calls completed by polling ncclCommGetAsyncError),
+ * as braid's backend runs it.
  *
  *   allreduce, reduce_scatter, reduce   ncclAllReduce / ncclReduceScatter / ncclReduce
  *   broadcast, allgather                ncclBroadcast / ncclAllGather (bytes)
@@ -34,6 +37,7 @@ static struct {
   FN(ncclReduceScatter) FN(ncclReduce) FN(ncclBroadcast) FN(ncclAllGather) FN(ncclSend) FN(ncclRecv)
   FN(ncclGroupStart) FN(ncclGroupEnd) FN(cudaSetDevice) FN(cudaGetDeviceCount) FN(cudaStreamCreateWithFlags)
   FN(cudaStreamSynchronize) FN(cudaMalloc) FN(cudaFree) FN(cudaMemcpy) FN(cudaGetErrorString)
+  FN(ncclCommGetAsyncError) FN(cudaDeviceSynchronize)
 #undef FN
 } X;
 
@@ -51,8 +55,9 @@ static int load(char *err, size_t len) {
   R(n, ncclReduceScatter) R(n, ncclReduce) R(n, ncclBroadcast) R(n, ncclAllGather) R(n, ncclSend) R(n, ncclRecv)
   R(n, ncclGroupStart) R(n, ncclGroupEnd) R(c, cudaSetDevice) R(c, cudaGetDeviceCount)
   R(c, cudaStreamCreateWithFlags) R(c, cudaStreamSynchronize) R(c, cudaMalloc) R(c, cudaFree) R(c, cudaMemcpy)
-  R(c, cudaGetErrorString)
+  R(c, cudaGetErrorString) R(n, ncclCommGetAsyncError)
 #undef R
+  *(void **)&X.cudaDeviceSynchronize = dlsym(c, "cudaDeviceSynchronize"); /* optional: the test double has none */
   if (miss) snprintf(err, len, "symbol %s missing", miss);
   return !miss;
 }
@@ -67,6 +72,10 @@ typedef struct nctx {
 } nctx;
 
 static int n_check(nctx *x, ncclResult_t rc, const char *call) {
+  while (rc == ncclInProgress && x->comm) { /* a non-blocking communicator's call still being enqueued */
+    ncclResult_t as = ncclSuccess, q = X.ncclCommGetAsyncError(x->comm, &as);
+    rc = q != ncclSuccess ? q : as;
+  }
   if (rc == ncclSuccess) return 0;
   snprintf(x->err, sizeof x->err, "%s: %s", call, X.ncclGetErrorString(rc));
   return 1;
@@ -184,8 +193,12 @@ static void n_mem_free(void *ctx, void *p) {
   X.cudaFree(p);
 }
 
+/* Synchronous copies, then the whole device: cudaMemcpy from pageable memory
+   may return before its DMA is done, and nothing else orders it before work
+   on the non-blocking stream. */
 static int n_copy(void *ctx, void *dst, const void *src, size_t bytes, enum cudaMemcpyKind k) {
   cudaError_t e = X.cudaMemcpy(dst, src, bytes, k);
+  if (e == cudaSuccess && X.cudaDeviceSynchronize) e = X.cudaDeviceSynchronize();
   if (e) snprintf(((nctx *)ctx)->err, sizeof ((nctx *)ctx)->err, "cudaMemcpy: %s", X.cudaGetErrorString(e));
   return e != cudaSuccess;
 }
@@ -219,6 +232,8 @@ int main(int argc, char **argv) {
   ncclUniqueId id;
   memset(&id, 0, sizeof id);
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER; /* blocking: as an application calls NCCL */
+  const char *nb = getenv("NCCL_COLL_NONBLOCKING");
+  if (nb && *nb == '1') cfg.blocking = 0;
   if (x.rank == 0 && n_check(&x, X.ncclGetUniqueId(&id), "ncclGetUniqueId")) {
     fprintf(stderr, "nccl_coll: %s\n", x.err);
     return PERF_EXIT_ERROR;

@@ -1,7 +1,8 @@
 # Tests of the language bindings, included from tests/CMakeLists.txt:
 #
 #   python_nN        tests/python (numpy) under braidrun -n N, N = 1..4
-#   python_torch_nN  tests/python/test_torch.py under braidrun -n N
+#   python_torch_nN  tests/python/test_torch.py (and test_cuda.py, which needs
+#                    a GPU and backend nccl, else skips) under braidrun -n N
 #   python_example_* examples/python under braidrun
 #   python_install   make install's and pip's offline installs of the package
 #   rust_nN          the rust/braid crate's tests under braidrun -n N
@@ -59,7 +60,7 @@ foreach(n 1 2 3 4)
     WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
   add_test(NAME python_torch_n${n}
     COMMAND bash ${_bind_py_run} ${n} $<TARGET_FILE:braidrun> ${BRAID_PYTHON} numpy,pytest,torch ${_bind_pytest}
-      ${_bind_tests}/test_torch.py
+      ${_bind_tests}/test_torch.py ${_bind_tests}/test_cuda.py
     WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
   set_tests_properties(python_n${n} python_torch_n${n} PROPERTIES
     ENVIRONMENT "${_bind_py_env}" SKIP_RETURN_CODE 77 TIMEOUT 900 LABELS "bindings;python")

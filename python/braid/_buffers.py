@@ -167,6 +167,26 @@ def _is_torch(obj):
     return type(obj).__module__.startswith("torch")
 
 
+def producer_stream(obj):
+    """The CUDA stream (a cudaStream_t value) whose work a device array must
+    wait for: torch's or CuPy's current stream, or the stream a
+    __cuda_array_interface__ (version 3) names; None where nothing says."""
+    if _is_torch(obj):
+        torch = sys.modules["torch"]
+        if getattr(obj, "is_cuda", False):
+            return torch.cuda.current_stream(obj.device).cuda_stream
+        return None
+    cupy = sys.modules.get("cupy")
+    if cupy is not None and isinstance(obj, cupy.ndarray):
+        return cupy.cuda.get_current_stream().ptr
+    if getattr(type(obj), "_braid_buffer", None):
+        return None  # braid's own device memory: no producer stream known
+    cai = getattr(obj, "__cuda_array_interface__", None)
+    s = cai.get("stream") if isinstance(cai, dict) else None
+    # 1 and 2 are CUDA's cudaStreamLegacy and cudaStreamPerThread handles
+    return s if isinstance(s, int) and s > 0 else None
+
+
 def _from_buffer(obj, mv, writable, call, arg, rank_note):
     if not mv.c_contiguous:
         raise InvalidArgumentError(

@@ -142,6 +142,7 @@ class Communicator:
         self._stream = bool(lib.braid_has_stream_sync(handle))
         self._device_ok = self._stream or self._backend == "nccl"
         self._device_mem = self._backend == "nccl"  # braid_comm_mem_alloc gives device memory
+        self._ready_event = None  # orders the communication stream after a device buffer's producer
         # Memory of mem_alloc and registrations of register() not yet released:
         # key -> (kind "host" / "device" / "reg", pointer or handle, objects it pins).
         self._mem_lock = threading.RLock()
@@ -198,7 +199,21 @@ class Communicator:
             raise InvalidArgumentError(
                 "%s: %s is in %s device memory, but backend %s takes host memory; use a backend for device "
                 "memory (nccl) or move the data to the CPU%s" % (call, arg, b.device, self._backend, self._note()))
+        if b.device is not None and self._stream:
+            self._after_producer(obj)
         return b
+
+    def _after_producer(self, obj):
+        # braid's communication stream is non-blocking, so nothing orders it
+        # after the kernels that wrote a tensor: make it wait for the stream
+        # the array library is producing on (as torch.distributed does).
+        s = _buffers.producer_stream(obj)
+        if s is None:
+            return
+        if self._ready_event is None:
+            self._ready_event = self.event_create()
+        self.event_record_on_stream(self._ready_event, s)
+        self.comm_stream_wait_event(self._ready_event)
 
     def _op(self, op, call):
         try:
@@ -486,6 +501,9 @@ class Communicator:
                     fn = "braid_mem_deregister" if kind == "reg" else "braid_comm_mem_free"
                     getattr(self._lib, fn)(h, ptr)  # best effort, as braid_destroy's own sync
         self._finalizer.detach()
+        if self._ready_event is not None:
+            self._lib.braid_event_destroy(h, self._ready_event)  # best effort, as above
+            self._ready_event = None
         st = self._lib.braid_destroy(h)
         self._release_pending()
         if st != 0:

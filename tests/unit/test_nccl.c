@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "backends/nccl/nccl_decl.h"
@@ -104,6 +105,43 @@ static int run_env(int n, double timeout, const char *const *extra, bt_body body
   return manual ? bt_run_ranks_manual(&o, body, arg, res) : bt_run_ranks_ex(&o, body, arg, res);
 }
 
+/* GPUs visible, counted in a child: the CUDA runtime must not be initialized
+   in the process that forks the ranks. */
+static int gpus(void) {
+  static int count = -1;
+  if (count >= 0) return count;
+  pid_t p = fork();
+  if (p == 0) {
+    int k = 0;
+    _exit(cu_load() && cu.device_count(&k) == cudaSuccess ? (k > 100 ? 100 : k) : 0);
+  }
+  int ws = 0;
+  count = p > 0 && waitpid(p, &ws, 0) == p && WIFEXITED(ws) ? WEXITSTATUS(ws) : 0;
+  return count;
+}
+
+/* On the real libraries NCCL wants one GPU per rank: a case runs with as
+   many ranks as it asks for and the machine has GPUs (at least one). */
+static int fit(int n) {
+  if (!real_mode()) return n;
+  int g = gpus();
+  return g < 1 ? 1 : g < n ? g : n;
+}
+
+/* A case that needs n ranks skips, saying why, where the GPUs are fewer. */
+static int too_few_gpus(int n) {
+  if (!real_mode() || gpus() >= n) return 0;
+  printf("  skipped: this case needs %d ranks, one per GPU, and %d GPU(s) are visible\n", n, gpus());
+  return 1;
+}
+
+/* Cases that inject failures through the test double skip on the real libraries. */
+static int injects_failures(void) {
+  if (!real_mode()) return 0;
+  printf("  skipped on the real libraries: the case injects failures through the test double\n");
+  return 1;
+}
+
 /* Every body first loads the CUDA calls it makes (after the fork). */
 #define NEED_CUDA() BT_CHECK(cu_load(), "could not open %s", strchr(env_cudart, '=') + 1)
 
@@ -186,7 +224,7 @@ static int body_algo_refused(braid_comm *c, int rank, int n, void *arg) {
 static int test_generic_algorithms_refused(void) {
   if (!libs_ready()) return BT_SKIP;
   const char *extra[] = {"BRAID_ALGO=allreduce=ring", NULL};
-  return run_env(2, 30, extra, body_algo_refused, NULL, 1, NULL);
+  return run_env(fit(2), 30, extra, body_algo_refused, NULL, 1, NULL);
 }
 
 /* ---------------------------------------------------------------- collectives */
@@ -358,7 +396,7 @@ static int body_collectives(braid_comm *c, int rank, int n, void *arg) {
 
 static int test_collectives(void) {
   if (!libs_ready()) return BT_SKIP;
-  for (int n = 1; n <= 4; n++)
+  for (int n = 1; n <= fit(4); n++)
     if (run_env(n, 120, NULL, body_collectives, NULL, 0, NULL)) return 1;
   return 0;
 }
@@ -386,7 +424,7 @@ static int body_refusals(braid_comm *c, int rank, int n, void *arg) {
 
 static int test_unsupported_reductions(void) {
   if (!libs_ready()) return BT_SKIP;
-  return run_env(2, 60, NULL, body_refusals, NULL, 0, NULL);
+  return run_env(fit(2), 60, NULL, body_refusals, NULL, 0, NULL);
 }
 
 /* ---------------------------------------------------------------- send / receive */
@@ -452,7 +490,7 @@ static int body_p2p(braid_comm *c, int rank, int n, void *arg) {
 
 static int test_send_recv(void) {
   if (!libs_ready()) return BT_SKIP;
-  for (int n = 1; n <= 3; n++)
+  for (int n = 1; n <= fit(3); n++)
     if (run_env(n, 120, NULL, body_p2p, NULL, 0, NULL)) return 1;
   return 0;
 }
@@ -482,7 +520,7 @@ static int body_p2p_mismatch(braid_comm *c, int rank, int n, void *arg) {
 }
 
 static int test_send_recv_mismatch(void) {
-  if (!libs_ready()) return BT_SKIP;
+  if (!libs_ready() || too_few_gpus(2)) return BT_SKIP;
   int by_tag = 0;
   if (run_env(2, 60, NULL, body_p2p_mismatch, &by_tag, 0, NULL)) return 1;
   by_tag = 1;
@@ -506,7 +544,11 @@ static int body_coll_mismatch(braid_comm *c, int rank, int n, void *arg) {
 }
 
 static int test_collective_mismatch(void) {
-  if (!libs_ready() || real_mode()) return BT_SKIP; /* NCCL itself may hang or fault on differing calls */
+  if (!libs_ready()) return BT_SKIP;
+  if (real_mode()) { /* NCCL itself may hang or fault on differing calls */
+    printf("  skipped on the real libraries: NCCL's behaviour with differing collectives is undefined\n");
+    return BT_SKIP;
+  }
   const char *extra[] = {"BRAID_TIMEOUT=20", NULL};
   return run_env(2, 60, extra, body_coll_mismatch, NULL, 0, NULL);
 }
@@ -562,7 +604,7 @@ static int body_stream_events(braid_comm *c, int rank, int n, void *arg) {
 
 static int test_stream_events(void) {
   if (!libs_ready()) return BT_SKIP;
-  for (int n = 1; n <= 2; n++)
+  for (int n = 1; n <= fit(2); n++)
     if (run_env(n, 60, NULL, body_stream_events, NULL, 0, NULL)) return 1;
   return 0;
 }
@@ -621,7 +663,7 @@ static int body_group(braid_comm *c, int rank, int n, void *arg) {
 
 static int test_group_and_in_place(void) {
   if (!libs_ready()) return BT_SKIP;
-  for (int n = 2; n <= 4; n++)
+  for (int n = fit(2); n <= fit(4); n++)
     if (run_env(n, 60, NULL, body_group, NULL, 0, NULL)) return 1;
   return 0;
 }
@@ -632,6 +674,20 @@ static int body_split(braid_comm *c, int rank, int n, void *arg) {
   (void)arg;
   NEED_CUDA();
   braid_comm *child = NULL;
+  if (n == 1) { /* one GPU: a split that keeps the only rank */
+    BT_CHECK_OK(braid_split(c, 7, 0, &child), c);
+    BT_CHECK(child && braid_world_size(child) == 1 && !strcmp(braid_backend(child), "nccl"), "child of one");
+    int32_t v = 5, g = 0, *d = dev_alloc(4);
+    BT_CHECK(d && h2d(d, &v, 4), "h2d");
+    BT_CHECK_OK(braid_all_reduce(child, d, 1, BRAID_I32, BRAID_SUM), child);
+    BT_CHECK_OK(braid_sync(child), child);
+    BT_CHECK(d2h(&g, d, 4) && g == 5, "child all-reduce %d", g);
+    cu.free_(d);
+    BT_CHECK_OK(braid_destroy(child), NULL);
+    BT_CHECK_OK(braid_split(c, BRAID_SPLIT_NONE, 0, &child), c);
+    BT_CHECK(child == NULL, "BRAID_SPLIT_NONE gave a communicator");
+    return 0;
+  }
   uint32_t color = rank == n - 1 ? BRAID_SPLIT_NONE : (uint32_t)(rank % 2);
   BT_CHECK_OK(braid_split(c, color, (uint32_t)(n - rank), &child), c);
   if (color == BRAID_SPLIT_NONE) {
@@ -659,7 +715,7 @@ static int body_split(braid_comm *c, int rank, int n, void *arg) {
 
 static int test_split(void) {
   if (!libs_ready()) return BT_SKIP;
-  return run_env(5, 60, NULL, body_split, NULL, 0, NULL);
+  return run_env(fit(5), 60, NULL, body_split, NULL, 0, NULL);
 }
 
 static int body_memory(braid_comm *c, int rank, int n, void *arg) {
@@ -685,7 +741,7 @@ static int body_memory(braid_comm *c, int rank, int n, void *arg) {
 
 static int test_memory(void) {
   if (!libs_ready()) return BT_SKIP;
-  return run_env(2, 60, NULL, body_memory, NULL, 0, NULL);
+  return run_env(fit(2), 60, NULL, body_memory, NULL, 0, NULL);
 }
 
 /* ---------------------------------------------------------------- failures */
@@ -761,13 +817,13 @@ static int body_hang_manual(braid_comm *unused, int rank, int n, void *arg) {
 }
 
 static int test_async_error_run(void) {
-  if (!libs_ready() || real_mode()) return BT_SKIP;
+  if (!libs_ready() || injects_failures()) return BT_SKIP;
   const char *extra[] = {"BRAID_TIMEOUT=30", "BT_NCCL_FAIL_RANK=1", NULL};
   return run_env(2, 60, extra, body_async_error_manual, NULL, 1, NULL);
 }
 
 static int test_stall_run(void) {
-  if (!libs_ready() || real_mode()) return BT_SKIP;
+  if (!libs_ready() || injects_failures()) return BT_SKIP;
   const char *extra[] = {"BRAID_TIMEOUT=2", "BT_NCCL_HANG_RANK=0", NULL};
   return run_env(2, 60, extra, body_hang_manual, NULL, 1, NULL);
 }
@@ -793,7 +849,7 @@ static int body_killed(braid_comm *c, int rank, int n, void *arg) {
 }
 
 static int test_killed_rank(void) {
-  if (!libs_ready()) return BT_SKIP;
+  if (!libs_ready() || too_few_gpus(3)) return BT_SKIP;
   bt_rank_result res[3];
   const char *env[] = {env_nccl, env_cudart, "BRAID_TIMEOUT=60", NULL};
   bt_run_opts o = {"nccl", 3, 60, env, 2};
@@ -841,14 +897,14 @@ static int body_abort(braid_comm *c, int rank, int n, void *arg) {
 }
 
 static int test_abort(void) {
-  if (!libs_ready()) return BT_SKIP;
+  if (!libs_ready() || too_few_gpus(2)) return BT_SKIP;
   const char *extra[] = {"BRAID_TIMEOUT=60", NULL};
   return run_env(2, 60, extra, body_abort, NULL, 0, NULL);
 }
 
 /* Nothing of the double's or braid's stays in /dev/shm after the runs. */
 static int test_no_leaks(void) {
-  if (!libs_ready() || real_mode()) return BT_SKIP;
+  if (!libs_ready() || injects_failures()) return BT_SKIP;
   const char *extra[] = {"BRAID_TIMEOUT=2", "BT_NCCL_HANG_RANK=0", NULL};
   if (run_env(2, 60, extra, body_hang_manual, NULL, 1, NULL)) return 1;
   FILE *p = popen("ls /dev/shm 2>/dev/null | grep -c '^ncclD-' || true", "r");
@@ -862,22 +918,42 @@ static int test_no_leaks(void) {
 
 /* ---------------------------------------------------------------- a real GPU */
 
-static int test_gpu(void) {
-  if (!real_mode()) {
-    printf("  skipped: no GPU run requested (BRAID_TEST_NCCL_REAL=1 runs every case on the real NCCL and GPU)\n");
-    return BT_SKIP;
+/* Two processes on one GPU: NCCL either serves them or refuses at init
+   (2.28 refuses); braid must pass on either outcome within the deadline,
+   never hang, and a refusal must say why and what to do. The test double
+   refuses as NCCL does when asked to (arg: the refusal is required). */
+static int body_shared_gpu(braid_comm *unused, int rank, int n, void *arg) {
+  (void)unused;
+  const int must_refuse = *(const int *)arg;
+  braid_comm *c = NULL;
+  braid_status st = braid_init(NULL, &c);
+  if (st == BRAID_OK) {
+    BT_CHECK(!must_refuse, "two ranks on one device were accepted");
+    int rc = body_collectives(c, rank, n, NULL);
+    if (!rc) printf("  rank %d: NCCL accepted two ranks on one GPU; the collectives were right\n", rank);
+    BT_CHECK_OK(braid_destroy(c), NULL);
+    return rc;
   }
+  const char *m = braid_last_error(NULL);
+  printf("  rank %d: %s: %s\n", rank, braid_status_string(st), m);
+  BT_CHECK(c == NULL, "a communicator came out of a failed init");
+  BT_CHECK(st == BRAID_ERR_INVALID_ARG, "refused with %s", braid_status_string(st));
+  BT_CHECK_MSG(NULL, "braid_init");
+  BT_CHECK_MSG(NULL, "2 ranks on this host share 1 GPU(s)");
+  BT_CHECK_MSG(NULL, "Duplicate GPU");
+  return 0;
+}
+
+static int test_gpu_shared(void) {
   if (!libs_ready()) return BT_SKIP;
-  if (!cu_load()) {
-    printf("  skipped: the CUDA runtime cannot be opened\n");
-    return BT_SKIP;
-  }
-  int ndev = 0;
-  if (cu.device_count(&ndev) != cudaSuccess || ndev < 1) {
+  if (real_mode() && gpus() < 1) {
     printf("  skipped: no CUDA device is visible\n");
     return BT_SKIP;
   }
-  return run_env(1, 120, NULL, body_collectives, NULL, 0, NULL);
+  int must_refuse = !real_mode();
+  const char *extra[] = {"BRAID_TIMEOUT=30", "BRAID_CUDA_DEVICE=0", "BRAID_NCCL_DOUBLE_DEVICES=1",
+                         "BRAID_NCCL_DOUBLE_ONE_PER_DEVICE=1", NULL};
+  return run_env(2, 90, extra, body_shared_gpu, &must_refuse, 1, NULL);
 }
 
 int main(int argc, char **argv) {
@@ -890,7 +966,7 @@ int main(int argc, char **argv) {
       BT_CASE(test_memory),              BT_CASE(test_async_error_run),
       BT_CASE(test_stall_run),           BT_CASE(test_killed_rank),
       BT_CASE(test_abort),               BT_CASE(test_no_leaks),
-      BT_CASE(test_gpu),
+      BT_CASE(test_gpu_shared),
   };
   return bt_main(argc, argv, cases, BT_COUNT(cases));
 }

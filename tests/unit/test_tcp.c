@@ -1,7 +1,8 @@
 /* Backend tcp: the wire format's validation, every collective over the
    generic algorithms at world sizes 1-16 (and on split children), tagged
    point to point of any size and order, size mismatches, dead, stopped and
-   hostile peers, a corrupt frame from an authenticated peer, IPv6, the
+   hostile peers, peers that leave first (a clean goodbye however their
+   sockets stand), a corrupt frame from an authenticated peer, IPv6, the
    secret drawn without a job token, no leaked descriptors, and 64 ranks
    starting at once. */
 #include <arpa/inet.h>
@@ -600,6 +601,87 @@ static int test_stopped_peer(void) {
   return run_env(2, body_stopped, NULL, env, -1, 60);
 }
 
+/* ---------------------------------------------------------------- leaving */
+
+/* A rank that destroys its communicator right after its last exchange
+   leaves cleanly for a peer still inside a call: mostly rank 1's
+   rendezvous send to rank 0 opens a second socket that rank 0 may leave
+   before its handshake ends; every fourth round rank 0's last data to
+   rank 1 still fills small socket buffers when it leaves. Rank 1 then
+   waits for rank 2, which sends late. */
+static int body_leave(braid_comm *c, int rank, int n, void *arg) {
+  (void)n;
+  (void)arg;
+  size_t big = (size_t)2 << 20;
+  char *buf = calloc(big, 1);
+  BT_CHECK(buf != NULL, "oom");
+  for (int round = 0; round < 32; round++) {
+    braid_comm *k = NULL;
+    BT_CHECK_OK(braid_split(c, 0, 0, &k), c);
+    size_t len = round % 4 ? 20000 : big;
+    int from = round % 4 ? 1 : 0, to = 1 - from;
+    if (rank == to) {
+      BT_CHECK_OK(braid_recv(k, buf, len, BRAID_U8, from, 1), k);
+      BT_CHECK_OK(braid_sync(k), k);
+    }
+    if (rank == from) {
+      memset(buf, round, len);
+      BT_CHECK_OK(braid_send(k, buf, len, BRAID_U8, to, 1), k);
+      BT_CHECK_OK(braid_sync(k), k);
+    }
+    if (rank == 1) {
+      int32_t x = 0;
+      BT_CHECK_OK(braid_recv(k, &x, 1, BRAID_I32, 2, 2), k);
+      BT_CHECK_OK(braid_sync(k), k);
+      BT_CHECK(x == round, "round %d: got %d from rank 2", round, x);
+      if (rank == to)
+        for (size_t i = 0; i < len; i += 4093) BT_CHECK(buf[i] == (char)round, "round %d: byte %zu", round, i);
+    }
+    if (rank == 2) {
+      usleep(20000);
+      int32_t x = round;
+      BT_CHECK_OK(braid_send(k, &x, 1, BRAID_I32, 1, 2), k);
+      BT_CHECK_OK(braid_sync(k), k);
+    }
+    BT_CHECK_OK(braid_destroy(k), NULL);
+  }
+  free(buf);
+  BT_CHECK_OK(braid_barrier(c), c);
+  return 0;
+}
+
+/* Rank 0 leaves with sends rank 1 has not read yet: destroy abandons them
+   after BRAID_DESTROY_TIMEOUT, finishes the frame it was writing (within
+   as long again), drops the rest and says goodbye in sequence, so rank 1,
+   reading late, learns that rank 0 left rather than that it vanished. */
+static int body_leave_abandoned(braid_comm *c, int rank, int n, void *arg) {
+  (void)n;
+  (void)arg;
+  static char buf[64 << 10];
+  char x = 1;
+  if (rank == 0) {
+    BT_CHECK_OK(braid_send(c, &x, 1, BRAID_U8, 1, 4), c); /* the socket to rank 1 is up */
+    BT_CHECK_OK(braid_sync(c), c);
+    for (int i = 0; i < 64; i++) BT_CHECK_OK(braid_send(c, buf, sizeof buf, BRAID_U8, 1, 5), c);
+    return 0; /* the harness destroys the communicator */
+  }
+  BT_CHECK_OK(braid_recv(c, &x, 1, BRAID_U8, 0, 4), c);
+  BT_CHECK_OK(braid_sync(c), c);
+  usleep(2500000); /* past rank 0's destroy timeout, well within twice it */
+  braid_status st = braid_recv(c, &x, 1, BRAID_U8, 0, 6);
+  if (st == BRAID_OK) st = braid_sync(c);
+  BT_CHECK(st == BRAID_ERR_PEER_LOST, "got %s: %s", braid_status_string(st), braid_last_error(c));
+  BT_CHECK_MSG(c, "destroyed its communicator");
+  return 0;
+}
+
+static int test_leave(void) {
+  static const char *const env[] = {"BRAID_TCP_EAGER_MAX=16K", "BRAID_TCP_BUFFER=16K", "BRAID_TIMEOUT=30", NULL};
+  static const char *const abandon[] = {"BRAID_TCP_EAGER_MAX=64K", "BRAID_TCP_BUFFER=16K", "BRAID_DESTROY_TIMEOUT=2",
+                                        "BRAID_TIMEOUT=30", NULL};
+  return run_env(3, body_leave, NULL, env, -1, 120) || run_env(2, body_leave_abandoned, NULL, abandon, -1, 60);
+}
+
 /* ---------------------------------------------------------------- strangers */
 
 static int dial(int port) {
@@ -1053,6 +1135,7 @@ int main(int argc, char **argv) {
       {"p2p_self", test_p2p_self, 60},
       {"kill_peer", test_kill_peer, 200},
       {"stopped_peer", test_stopped_peer, 60},
+      {"leave", test_leave, 150},
       {"strangers", test_strangers, 120},
       {"corrupt_frame", test_corrupt_frame, 200},
       {"ipv6", test_ipv6, 200},

@@ -110,7 +110,6 @@ static void drain_socket(int fd) {
 }
 
 static void tcp_destroy(braid_comm *c, double timeout_s) {
-  (void)timeout_s; /* the core completed what it could */
   tcp_state *s = c->be;
   if (!s) return;
   /* A failure another rank sent while this one made no call is read now,
@@ -120,7 +119,9 @@ static void tcp_destroy(braid_comm *c, double timeout_s) {
     if (atomic_load(&s->fail_flag)) braid__poll_remote_failure(c, 0);
   }
   c->fail_flag = NULL;
-  tcp_say(c, s, BRAID_TCP_BYE, 0, s->me, NULL);
+  /* The core completed what it could; what is still queued here (the
+     goodbyes, behind any frame half written) gets the same time. */
+  tcp_goodbye(c, s, braid__now() + (timeout_s > 0 ? timeout_s : 0));
   for (tcp_conn *k = s->conns; k; k = k->next)
     if (k->fd >= 0) drain_socket(k->fd);
   for (tcp_conn *k = s->conns; k; k = k->next) tcp_conn_close(s, k);
@@ -199,7 +200,7 @@ static int tcp_remote_failure(braid_comm *c, braid_status *st, int *origin, char
 }
 
 static void tcp_publish_failure(braid_comm *c, braid_status st, const char *text) {
-  tcp_say(c, c->be, BRAID_TCP_FAIL, (int)st, c->rank, text);
+  tcp_say_fail(c, c->be, (int)st, c->rank, text);
 }
 
 /* ---------------------------------------------------------------- test hooks */

@@ -197,9 +197,13 @@ braid_status tcp_flush(braid_comm *c, tcp_state *s, tcp_conn *k);
 braid_status tcp_read(braid_comm *c, tcp_state *s, tcp_conn *k);
 /* A header with the communicator id and the fields of a frame type. */
 braid__tcp_hdr tcp_hdr(uint64_t comm, int type);
-/* Sends a FAIL frame (origin's status and sentence) or a BYE frame on
-   every authenticated socket whose queue is idle, without waiting. */
-void tcp_say(braid_comm *c, tcp_state *s, int type, int st, int origin, const char *text);
+/* Sends a FAIL frame (origin's status and sentence) on every
+   authenticated socket whose queue is idle, without waiting. */
+void tcp_say_fail(braid_comm *c, tcp_state *s, int st, int origin, const char *text);
+/* Leaving: closes the listener and the sockets still in their handshake,
+   queues BYE on the others and writes until every queue is empty, a peer
+   closed its end, or the deadline passes. */
+void tcp_goodbye(braid_comm *c, tcp_state *s, double deadline);
 /* Queues DATA of the streaming sends to q on its ready sockets. */
 braid_status tcp_feed(braid_comm *c, tcp_state *s, int q);
 /* Drops every request the peers' lists hold (destroy). */

@@ -183,7 +183,9 @@ static tcp_conn *conn_new(tcp_state *s, int fd, int out, int peer, int idx, int 
 void tcp_watch(tcp_state *s, tcp_conn *k) {
   if (k->state == C_CLOSED) return;
   uint32_t want = EPOLLIN | EPOLLRDHUP;
-  if (k->state == C_CONNECTING || k->hs_done < k->hs_len || (tcp_conn_ready(k) && k->qhead)) want |= EPOLLOUT;
+  /* An accepted socket in its handshake has a queue only for its goodbye. */
+  int queue = (tcp_conn_ready(k) || k->state == C_IN_AUTH) && k->qhead;
+  if (k->state == C_CONNECTING || k->hs_done < k->hs_len || queue) want |= EPOLLOUT;
   if (want == k->events) return;
   struct epoll_event ev = {.events = want, .data.ptr = k};
   if (epoll_ctl(s->epfd, EPOLL_CTL_MOD, k->fd, &ev) == 0) k->events = want;
@@ -686,7 +688,17 @@ braid_status tcp_conn_lost(braid_comm *c, tcp_state *s, tcp_conn *k, int err) {
   }
   int q = k->peer;
   if (k->state == C_CONNECTING || k->state == C_WAIT_ACK) {
+    int queued = k->qhead != NULL;
     tcp_conn_close(s, k);
+    /* Nothing crosses a socket before its handshake ends, and a peer that
+       leaves closes those still in theirs without a goodbye: one with
+       nothing waiting to go lost nothing. Whether the peer left or died its
+       other sockets tell, and a later need connects again. */
+    if (!queued) {
+      BLOG_DEBUG(BRAID_SUB_TCP, c->rank, "socket %d to rank %d closed during its handshake (%s)", k->idx,
+                 braid__label(c, q), err ? strerror(err) : "end of file");
+      return BRAID_OK;
+    }
     if (tcp_sweep(c, s)) return (braid_status)atomic_load(&c->failed);
     return braid__fail(c, BRAID_ERR_PEER_LOST, "could not connect to rank %d at %s: %s", braid__label(c, q), k->where,
                        err ? strerror(err) : "the connection closed during the handshake");

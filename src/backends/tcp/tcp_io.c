@@ -16,6 +16,7 @@
 #include "backends/tcp/tcp.h"
 #include "core/dtype.h"
 #include "core/wait.h"
+#include "os/time.h"
 
 /* ---------------------------------------------------------------- frames */
 
@@ -105,22 +106,9 @@ static void written(braid_comm *c, tcp_state *s, tcp_conn *k, tcp_frame *f) {
 
 #define IOV_MAX_USED 64
 
-braid_status tcp_flush(braid_comm *c, tcp_state *s, tcp_conn *k) {
-  if (k->state == C_CLOSED || k->state == C_CONNECTING) return BRAID_OK;
-  while (k->hs_done < k->hs_len) {
-    ssize_t w = send(k->fd, k->hs + k->hs_done, k->hs_len - k->hs_done, MSG_NOSIGNAL);
-    if (w > 0) {
-      k->hs_done += (size_t)w;
-      continue;
-    }
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
-    return tcp_conn_lost(c, s, k, w < 0 ? errno : EPIPE);
-  }
-  if (k->hs_done < k->hs_len || !tcp_conn_ready(k)) {
-    tcp_watch(s, k);
-    return BRAID_OK;
-  }
+/* Writes queued frames until the queue is empty or the socket is full: 0,
+   or the errno of a failed write. */
+static int write_queue(braid_comm *c, tcp_state *s, tcp_conn *k) {
   while (k->qhead) {
     struct iovec iov[IOV_MAX_USED];
     int n = 0;
@@ -146,7 +134,7 @@ braid_status tcp_flush(braid_comm *c, tcp_state *s, tcp_conn *k) {
     if (w < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-      return tcp_conn_lost(c, s, k, errno);
+      return errno;
     }
     c->moved++;
     size_t left = (size_t)w;
@@ -164,6 +152,27 @@ braid_status tcp_flush(braid_comm *c, tcp_state *s, tcp_conn *k) {
     }
     if ((size_t)w < want) break; /* the socket is full */
   }
+  return 0;
+}
+
+braid_status tcp_flush(braid_comm *c, tcp_state *s, tcp_conn *k) {
+  if (k->state == C_CLOSED || k->state == C_CONNECTING) return BRAID_OK;
+  while (k->hs_done < k->hs_len) {
+    ssize_t w = send(k->fd, k->hs + k->hs_done, k->hs_len - k->hs_done, MSG_NOSIGNAL);
+    if (w > 0) {
+      k->hs_done += (size_t)w;
+      continue;
+    }
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    return tcp_conn_lost(c, s, k, w < 0 ? errno : EPIPE);
+  }
+  if (k->hs_done < k->hs_len || !tcp_conn_ready(k)) {
+    tcp_watch(s, k);
+    return BRAID_OK;
+  }
+  int err = write_queue(c, s, k);
+  if (err) return tcp_conn_lost(c, s, k, err);
   tcp_watch(s, k);
   return BRAID_OK;
 }
@@ -462,24 +471,13 @@ void tcp_drop_all(braid_comm *c, tcp_state *s) {
   s->nstream = 0;
 }
 
-void tcp_say(braid_comm *c, tcp_state *s, int type, int st, int origin, const char *text) {
+void tcp_say_fail(braid_comm *c, tcp_state *s, int st, int origin, const char *text) {
   for (tcp_conn *k = s->conns; k; k = k->next) {
-    if (!tcp_conn_ready(k) || k->hs_done < k->hs_len) continue;
-    if (k->qhead) {
-      /* A frame half written cannot be interrupted; a goodbye drops what
-         was never started (the core abandoned it). */
-      if (type != BRAID_TCP_BYE || k->qhead->done) continue;
-      while (k->qhead) {
-        tcp_frame *f = k->qhead;
-        k->qhead = f->next;
-        tcp_frame_free(s, f);
-      }
-      k->qtail = NULL;
-      k->ndata = 0;
-    }
+    /* A frame queued may be half written, and nothing can interrupt it. */
+    if (!tcp_conn_ready(k) || k->hs_done < k->hs_len || k->qhead) continue;
     uint8_t buf[BRAID_TCP_HDR + BRAID_TCP_FAIL_MAX];
-    braid__tcp_hdr h = tcp_hdr(c->id, type);
-    size_t plen = type == BRAID_TCP_FAIL ? braid__tcp_fail_encode(st, origin, text, buf + BRAID_TCP_HDR) : 0;
+    braid__tcp_hdr h = tcp_hdr(c->id, BRAID_TCP_FAIL);
+    size_t plen = braid__tcp_fail_encode(st, origin, text, buf + BRAID_TCP_HDR);
     h.len = plen;
     h.seq = k->seq_out++;
     braid__tcp_hdr_encode(&h, buf);
@@ -487,24 +485,113 @@ void tcp_say(braid_comm *c, tcp_state *s, int type, int st, int origin, const ch
     do {
       w = send(k->fd, buf, BRAID_TCP_HDR + plen, MSG_NOSIGNAL | MSG_DONTWAIT);
     } while (w < 0 && errno == EINTR);
-    if (w == (ssize_t)(BRAID_TCP_HDR + plen) || type == BRAID_TCP_BYE) continue;
+    if (w == (ssize_t)(BRAID_TCP_HDR + plen)) continue;
     /* The rest waits in the queue, so nothing can follow a partial frame. */
     tcp_frame *f = tcp_frame_new(s);
-    char *own = plen ? malloc(plen) : NULL;
-    if (!f || (plen && !own)) {
+    char *own = malloc(plen);
+    if (!f || !own) {
       if (f) tcp_frame_free(s, f);
       free(own);
       continue;
     }
     memcpy(f->hdr, buf, BRAID_TCP_HDR);
-    if (plen) memcpy(own, buf + BRAID_TCP_HDR, plen);
+    memcpy(own, buf + BRAID_TCP_HDR, plen);
     f->owned = own;
     f->payload = own;
     f->plen = plen;
-    f->type = (uint8_t)type;
+    f->type = BRAID_TCP_FAIL;
     f->done = w > 0 ? (size_t)w : 0;
     append(k, f);
     tcp_watch(s, k);
+  }
+}
+
+/* Reads and drops what a leaving rank's socket holds: 0, or -1 once the
+   other end closed it. */
+static int discard_input(tcp_conn *k) {
+  char buf[16384];
+  for (int i = 0; i < 64; i++) {
+    ssize_t n = recv(k->fd, buf, sizeof buf, MSG_DONTWAIT);
+    if (n > 0) continue;
+    if (n < 0 && errno == EINTR) continue;
+    return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) ? 0 : -1;
+  }
+  return 0;
+}
+
+/* Queues BYE on k. Frames not started belong to requests the core
+   abandoned and go (BYE takes the first one's sequence number); a frame
+   half written is finished first, since nothing can follow part of a
+   frame. */
+static void queue_bye(braid_comm *c, tcp_state *s, tcp_conn *k) {
+  tcp_frame *keep = k->qhead && k->qhead->done ? k->qhead : NULL;
+  tcp_frame *drop = keep ? keep->next : k->qhead;
+  if (drop) {
+    braid__tcp_hdr first;
+    braid__tcp_hdr_decode(drop->hdr, &first);
+    k->seq_out = first.seq;
+  }
+  while (drop) {
+    tcp_frame *f = drop;
+    drop = f->next;
+    tcp_frame_free(s, f);
+  }
+  k->qhead = k->qtail = keep;
+  k->ndata = 0;
+  if (keep) {
+    keep->next = NULL;
+    keep->req = NULL; /* its request is dropped with the others */
+    if (keep->type == BRAID_TCP_DATA) k->ndata = 1;
+  }
+  tcp_frame *f = tcp_frame_new(s);
+  if (!f) return;
+  braid__tcp_hdr h = tcp_hdr(c->id, BRAID_TCP_BYE);
+  tcp_enqueue(k, f, &h);
+}
+
+void tcp_goodbye(braid_comm *c, tcp_state *s, double deadline) {
+  /* Connections that start now would only be cut short. */
+  if (s->lfd >= 0) {
+    epoll_ctl(s->epfd, EPOLL_CTL_DEL, s->lfd, NULL);
+    close(s->lfd);
+    s->lfd = -1;
+  }
+  /* BYE goes wherever the other end reads frames: on the authenticated
+     sockets, and on accepted ones whose handshake reply went out (the
+     connector counts those ready once it sent its proof, which this rank
+     may never read). The rest close now: the other end of a socket in its
+     handshake takes its loss quietly. */
+  for (tcp_conn *k = s->conns; k; k = k->next) {
+    if (k->state == C_CLOSED) continue;
+    if ((tcp_conn_ready(k) || k->state == C_IN_AUTH) && k->hs_done == k->hs_len) {
+      queue_bye(c, s, k);
+      continue;
+    }
+    (void)discard_input(k); /* unread bytes would turn the close into a reset */
+    tcp_conn_close(s, k);
+  }
+  for (;;) {
+    int waiting = 0;
+    for (tcp_conn *k = s->conns; k; k = k->next) {
+      if (k->state == C_CLOSED || !k->qhead) continue;
+      if (write_queue(c, s, k)) tcp_conn_close(s, k); /* no one reads it any more */
+      else if (k->qhead) waiting = 1;
+      tcp_watch(s, k);
+    }
+    double left = deadline - braid__now();
+    if (!waiting || left <= 0) return;
+    /* A peer that is slow to read gets until the deadline; what peers send
+       meanwhile is dropped, so ranks leaving at once cannot wait on each
+       other's full buffers. */
+    struct epoll_event ev[64];
+    int n = epoll_wait(s->epfd, ev, 64, left > 0.1 ? 100 : (int)ceil(left * 1000.0));
+    for (int i = 0; i < n; i++) {
+      void *tag = ev[i].data.ptr;
+      if (tag == &s->tag_abort) return;
+      tcp_conn *k = tag;
+      if (k->state != C_CLOSED && (ev[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) && discard_input(k))
+        tcp_conn_close(s, k);
+    }
   }
 }
 
@@ -685,7 +772,7 @@ static braid_status fail_frame(braid_comm *c, tcp_state *s, tcp_conn *k) {
   BLOG_DEBUG(BRAID_SUB_TCP, c->rank, "rank %d (from rank %d's socket) reported a failure: %s", origin, k->peer, text);
   /* Passed on once to every peer this rank is connected to: the origin
      reaches only the peers it has sockets with. */
-  tcp_say(c, s, BRAID_TCP_FAIL, st, origin, s->fail_text);
+  tcp_say_fail(c, s, st, origin, s->fail_text);
   return BRAID_OK;
 }
 

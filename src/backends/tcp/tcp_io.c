@@ -823,6 +823,7 @@ static braid_status header(braid_comm *c, tcp_state *s, tcp_conn *k) {
 
 static braid_status read_loop(braid_comm *c, tcp_state *s, tcp_conn *k) {
   size_t budget = TCP_READ_BUDGET;
+  int drained = 0; /* a read came back short: the socket was empty, epoll says when it is not */
   braid_status st;
   while (k->state != C_CLOSED) {
     size_t avail = k->rlen - k->rpos;
@@ -844,7 +845,7 @@ static braid_status read_loop(braid_comm *c, tcp_state *s, tcp_conn *k) {
       continue;
     }
     /* More bytes are needed. */
-    if (!budget) return BRAID_OK;
+    if (!budget || drained) return BRAID_OK;
     ssize_t n;
     int direct = k->in_body && k->dest && k->left >= TCP_DIRECT_MIN;
     if (k->rpos) {
@@ -852,10 +853,12 @@ static braid_status read_loop(braid_comm *c, tcp_state *s, tcp_conn *k) {
       k->rlen = avail;
       k->rpos = 0;
     }
-    if (direct) n = recv(k->fd, k->dest, k->left, 0);
-    else n = recv(k->fd, k->rbuf + k->rlen, k->rcap - k->rlen, 0);
+    size_t want = direct ? k->left : k->rcap - k->rlen;
+    if (direct) n = recv(k->fd, k->dest, want, 0);
+    else n = recv(k->fd, k->rbuf + k->rlen, want, 0);
     if (n > 0) {
       c->moved++;
+      drained = (size_t)n < want;
       budget = (size_t)n >= budget ? 0 : budget - (size_t)n;
       if (!direct) {
         k->rlen += (size_t)n;

@@ -724,12 +724,13 @@ static braid_status nccl_init(braid_comm *c) {
   if (rc != ncclSuccess) {
     /* The usual cause of NCCL's refusal: more ranks on a host than GPUs. */
     int shared = rc == ncclInvalidUsage && c->boot && c->boot->local_size > a->device_count;
+    const char *why = nccl_detail(s);
     st = shared ? braid__fail(c, BRAID_ERR_INVALID_ARG,
                               "ncclCommInitRankConfig refused the communicator: %d ranks on this host share %d GPU(s), "
                               "and NCCL needs a GPU of its own for each rank (start at most one rank per GPU); NCCL "
                               "says: %s",
                               c->boot->local_size, a->device_count,
-                              nccl_detail(s) ? nccl_detail(s) : a->ncclGetErrorString(rc))
+                              why ? why : a->ncclGetErrorString(rc))
                 : nccl_fail(c, "ncclCommInitRankConfig", rc);
     end_comm(s);
     return st;
@@ -745,12 +746,12 @@ static void nccl_destroy(braid_comm *c, double timeout_s) {
   if (!s) return;
   double deadline = braid__now() + timeout_s;
   if (s->comm && !atomic_load(&c->failed)) {
-    while ((s->queued || s->round_open || s->tail_open || s->issued != s->done) && braid__now() < deadline) {
+    while ((s->queued || s->round_open || !stream_idle(c)) && braid__now() < deadline) {
       if (nccl_progress(c)) break;
       sched_yield();
     }
   }
-  int unfinished = s->issued != s->done || s->queued || s->tail_open;
+  int unfinished = !stream_idle(c) || s->queued;
   if (s->comm && !unfinished && !atomic_load(&c->failed)) {
     ncclResult_t rc = s->a->ncclCommFinalize(s->comm);
     while (rc == ncclInProgress && braid__now() < deadline) {
@@ -771,7 +772,7 @@ static void nccl_destroy(braid_comm *c, double timeout_s) {
   /* Bounded: a stream still held up (by an event of a user stream that never
      completes) keeps its memory, since cudaFree would wait for it. */
   double until = braid__now() + timeout_s + 1.0;
-  int idle = s->issued == s->done && !s->tail_open;
+  int idle = stream_idle(c);
   while (!idle && braid__now() < until) {
     cudaError_t e = s->a->cudaStreamQuery(s->stream);
     idle = e != cudaErrorNotReady;

@@ -19,6 +19,9 @@
 
 typedef struct braid__backend braid__backend;
 
+/* Directions of braid__backend.copy. */
+typedef enum { BRAID__COPY_D2H, BRAID__COPY_H2D, BRAID__COPY_D2D } braid__copy_dir;
+
 /* Optional CUDA stream hooks; NULL table: the backend has no communication stream. */
 typedef struct braid__stream_ops {
   braid_status (*event_create)(braid_comm *c, uint64_t *event);
@@ -155,6 +158,13 @@ struct braid__backend {
                               void *recv, const size_t *recv_counts, const size_t *recv_displs, braid_dtype dt);
 
   const braid__stream_ops *stream;
+
+  /* Device-memory backends, for a backend that composes them (hier):
+     enqueues a copy between this communicator's memory and the host (or
+     within its memory) after everything enqueued so far, complete when the
+     stream is (stream->sync_comm_stream). Host memory must stay untouched
+     until then. Optional. */
+  braid_status (*copy)(braid_comm *c, void *dst, const void *src, size_t bytes, braid__copy_dir dir);
 
   /* Communication memory and registration (optional; NULL: host memory from
      braid_mem_alloc, registration a no-op). */

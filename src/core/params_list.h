@@ -53,7 +53,7 @@
   X(NODE_ID, "BRAID_NODE_ID", STRING, NULL,                                                                           \
     "the node this rank is on, for hier and auto (unset: host name and boot id); set it to simulate nodes on one "   \
     "host")                                                                                                           \
-  X(HIER_INTRA, "BRAID_HIER_INTRA", STRING, "shm", "hier backend: the backend inside a node")                         \
+  X(HIER_INTRA, "BRAID_HIER_INTRA", STRING, "shm", "hier backend: the backend inside a node (shm, tcp, or nccl for device memory)")                         \
   X(HIER_INTER, "BRAID_HIER_INTER", STRING, "tcp", "hier backend: the backend between nodes")                         \
   X(TRACE_FILE, "BRAID_TRACE_FILE", STRING, NULL,                                                                     \
     "flight recorder: write each communicator's last operations here as JSON lines when it fails (and on SIGUSR1); "  \

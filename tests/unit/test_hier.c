@@ -250,6 +250,27 @@ static int test_auto(void) {
          run_layout(&one, body_auto, "shm", NULL, "auto");
 }
 
+/* A part backend hier cannot use is refused at init, naming the choices;
+   nccl is a choice inside a node only. */
+static int body_bad_part(braid_comm *unused, int rank, int n, void *arg) {
+  (void)unused, (void)n, (void)arg;
+  char id[2] = {layouts[0].nodes[rank], 0};
+  setenv("BRAID_NODE_ID", id, 1);
+  setenv("BRAID_BACKEND", "hier", 1);
+  braid_comm *c = NULL;
+  BT_CHECK(braid_init(NULL, &c) == BRAID_ERR_INVALID_ARG, "init with BRAID_HIER_INTER=nccl succeeded");
+  const char *e = braid_last_error(NULL);
+  BT_CHECK(strstr(e, "BRAID_HIER_INTER=\"nccl\"") && strstr(e, "(shm, tcp)"), "sentence: %s", e);
+  return 0;
+}
+
+static int test_bad_part(void) {
+  if (!has_hier()) return 0;
+  const char *env[] = {"BRAID_HIER_INTER=nccl", NULL};
+  bt_run_opts o = {"hier", 4, 60, env, -1};
+  return bt_run_ranks_manual(&o, body_bad_part, NULL, NULL);
+}
+
 int main(int argc, char **argv) {
   static const bt_case cases[] = {
       {"matrix", test_matrix, 900},
@@ -258,6 +279,7 @@ int main(int argc, char **argv) {
       {"call_check", test_call_check, 300},
       {"peer_lost", test_peer_lost, 120},
       {"auto", test_auto, 120},
+      {"bad_part", test_bad_part, 60},
   };
   return bt_main(argc, argv, cases, BT_COUNT(cases));
 }

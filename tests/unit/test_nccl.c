@@ -232,9 +232,9 @@ static int test_generic_algorithms_refused(void) {
 static float fin(int r, size_t i) { return (float)((r + 1) * (int)(i % 13) - 5); }
 
 static int body_collectives(braid_comm *c, int rank, int n, void *arg) {
-  (void)arg;
+  const char *backend = arg ? arg : "nccl";
   NEED_CUDA();
-  BT_CHECK(!strcmp(braid_backend(c), "nccl"), "backend %s", braid_backend(c));
+  BT_CHECK(!strcmp(braid_backend(c), backend), "backend %s, want %s", braid_backend(c), backend);
   BT_CHECK(braid_has_stream_sync(c), "nccl has a communication stream");
   const size_t counts[] = {1, 7, 100003};
   for (size_t ci = 0; ci < BT_COUNT(counts); ci++) {
@@ -956,6 +956,99 @@ static int test_gpu_shared(void) {
   return run_env(2, 90, extra, body_shared_gpu, &must_refuse, 1, NULL);
 }
 
+/* ---------------------------------------------------------------- hier over nccl */
+
+/* Simulated nodes (BRAID_NODE_ID, one letter per rank): nccl inside each
+   node, tcp between nodes through host copies. Every call, send/receive
+   across nodes, stream ordering, grouped calls, and split. */
+static int body_hier(braid_comm *unused, int rank, int n, void *arg) {
+  (void)unused;
+  const char *nodes = arg;
+  char id[2] = {nodes[rank], 0};
+  setenv("BRAID_NODE_ID", id, 1);
+  setenv("BRAID_BACKEND", "hier", 1);
+  braid_comm *c = NULL;
+  BT_CHECK(braid_init(NULL, &c) == BRAID_OK, "%s: init: %s", nodes, braid_last_error(NULL));
+  int rc = body_collectives(c, rank, n, "hier");
+  if (!rc) rc = body_p2p(c, rank, n, NULL);
+  if (!rc) rc = body_stream_events(c, rank, n, NULL);
+  if (!rc) rc = body_group(c, rank, n, NULL);
+  if (!rc) { /* a child inside one node is nccl; one across nodes is hier again */
+    braid_comm *node = NULL, *across = NULL;
+    int lrank = 0, nodes_seen = 0;
+    for (int r = 0; r < rank; r++) lrank += nodes[r] == nodes[rank];
+    for (int r = 0; r < n; r++) nodes_seen += strchr(nodes, nodes[r]) == nodes + r;
+    BT_CHECK_OK(braid_split(c, (uint32_t)nodes[rank], 0, &node), c);
+    BT_CHECK_OK(braid_split(c, (uint32_t)lrank, 0, &across), c);
+    BT_CHECK(!strcmp(braid_backend(node), "nccl"), "node child is %s", braid_backend(node));
+    int spans = braid_world_size(across) > 1;
+    BT_CHECK(!strcmp(braid_backend(across), spans ? "hier" : "nccl"), "child across nodes is %s",
+             braid_backend(across));
+    BT_CHECK(!spans || braid_world_size(across) <= nodes_seen, "child across nodes has %d ranks",
+             braid_world_size(across));
+    int32_t v = rank + 1, g = 0, *d = dev_alloc(4);
+    BT_CHECK(d && h2d(d, &v, 4), "h2d");
+    BT_CHECK_OK(braid_all_reduce(across, d, 1, BRAID_I32, BRAID_SUM), across);
+    BT_CHECK_OK(braid_sync(across), across);
+    int32_t want = 0;
+    for (int r = 0; r < n; r++) {
+      int lr = 0;
+      for (int q = 0; q < r; q++) lr += nodes[q] == nodes[r];
+      if (lr == lrank) want += r + 1;
+    }
+    BT_CHECK(d2h(&g, d, 4) && g == want, "all-reduce across nodes: %d, want %d", g, want);
+    cu.free_(d);
+    BT_CHECK_OK(braid_destroy(across), NULL);
+    BT_CHECK_OK(braid_destroy(node), NULL);
+  }
+  BT_CHECK_OK(braid_destroy(c), NULL);
+  return rc;
+}
+
+static int test_hier(void) {
+  if (!libs_ready()) return BT_SKIP;
+  /* On the real libraries every rank of a node needs a GPU of its own. */
+  static const char *const layouts[] = {"ab", "aabb", "aaab", "abab"};
+  static const char *const extra[] = {"BRAID_HIER_INTRA=nccl", "BRAID_HIER_INTER=tcp", NULL};
+  int ran = 0;
+  for (size_t i = 0; i < BT_COUNT(layouts); i++) {
+    int n = (int)strlen(layouts[i]), biggest = 0;
+    for (int r = 0; r < n; r++) {
+      int k = 0;
+      for (int q = 0; q < n; q++) k += layouts[i][q] == layouts[i][r];
+      biggest = k > biggest ? k : biggest;
+    }
+    if (real_mode() && gpus() < biggest) continue;
+    printf("  layout %s\n", layouts[i]);
+    if (run_env(n, 240, extra, body_hier, (void *)layouts[i], 1, NULL)) return 1;
+    ran++;
+  }
+  return ran ? 0 : BT_SKIP;
+}
+
+/* A rank killed on node b: every rank on both nodes gets PEER_LOST naming it. */
+static int body_hier_killed(braid_comm *unused, int rank, int n, void *arg) {
+  (void)unused;
+  char id[2] = {((const char *)arg)[rank], 0};
+  setenv("BRAID_NODE_ID", id, 1);
+  setenv("BRAID_BACKEND", "hier", 1);
+  braid_comm *c = NULL;
+  BT_CHECK(braid_init(NULL, &c) == BRAID_OK, "init: %s", braid_last_error(NULL));
+  int rc = body_killed(c, rank, n, NULL);
+  braid_destroy(c);
+  return rc;
+}
+
+static int test_hier_killed(void) {
+  if (!libs_ready() || injects_failures()) return BT_SKIP;
+  bt_rank_result res[4];
+  const char *env[] = {env_nccl, env_cudart, "BRAID_TIMEOUT=60", "BRAID_HIER_INTRA=nccl", NULL};
+  bt_run_opts o = {"nccl", 4, 60, env, 3};
+  bt_run_ranks_manual(&o, body_hier_killed, (void *)"aabb", res);
+  for (int r = 0; r < 3; r++) BT_CHECK(res[r].exited && res[r].code == 0, "rank %d failed", r);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   static const bt_case cases[] = {
       BT_CASE(test_missing_pieces),      BT_CASE(test_real_libraries_without_gpu),
@@ -966,7 +1059,8 @@ int main(int argc, char **argv) {
       BT_CASE(test_memory),              BT_CASE(test_async_error_run),
       BT_CASE(test_stall_run),           BT_CASE(test_killed_rank),
       BT_CASE(test_abort),               BT_CASE(test_no_leaks),
-      BT_CASE(test_gpu_shared),
+      BT_CASE(test_gpu_shared),          {"test_hier", test_hier, 900},
+      BT_CASE(test_hier_killed),
   };
   return bt_main(argc, argv, cases, BT_COUNT(cases));
 }

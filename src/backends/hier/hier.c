@@ -25,6 +25,7 @@ static void state_free(hier_state *s) {
   free(s->local_of);
   free(s->rank_at);
   free(s->node_size);
+  free(s->stage); /* after the node part: its stream may read it until then */
   free(s);
 }
 
@@ -119,17 +120,24 @@ done:
 
 /* ---------------------------------------------------------------- sub-communicators */
 
+/* The node part may keep buffers in device memory (nccl); between nodes
+   hier moves host memory. */
 static const braid__backend *part_backend(braid_comm *c, braid__param_id id, const char *what, braid_status *st) {
   const char *name = braid__param_str(id);
   const braid__backend *b = NULL;
+  int node = id == BRAID_P_HIER_INTRA;
   if (name && !strcmp(name, "shm")) b = &braid__shm_backend;
 #if BRAID_WITH_TCP
   if (name && !strcmp(name, "tcp")) b = &braid__tcp_backend;
 #endif
+#if BRAID_WITH_NCCL
+  if (node && name && !strcmp(name, "nccl")) b = &braid__nccl_backend;
+#endif
   *st = BRAID_OK;
   if (!b)
-    *st = braid__fail(c, BRAID_ERR_INVALID_ARG, "%s=\"%s\" is not a backend hier can use for %s (shm, tcp)",
-                      braid__param_name(id), name ? name : "", what);
+    *st = braid__fail(c, BRAID_ERR_INVALID_ARG, "%s=\"%s\" is not a backend hier can use for %s (%s)",
+                      braid__param_name(id), name ? name : "", what,
+                      node && BRAID_WITH_NCCL ? "shm, tcp, nccl" : "shm, tcp");
   return b;
 }
 
@@ -186,13 +194,18 @@ static void free_parts(hier_state *s, double timeout_s) {
   s->flat = s->rail = s->rail0 = s->intra = NULL;
 }
 
-static braid_status hier_init(braid_comm *c) {
+braid_status hier_init(braid_comm *c) {
   if (c->size > 1 && (!c->boot || !c->boot->store))
     return braid__fail(c, BRAID_ERR_BOOTSTRAP, "backend hier needs the rendezvous store (BRAID_STORE or braidrun)");
   hier_state *s = calloc(1, sizeof *s);
   if (!s) return braid__fail(c, BRAID_ERR_NO_MEMORY, "out of memory for the hier backend");
   braid_status st = map_nodes(c, s);
   if (!st) st = make_parts(c, s);
+  if (!st && (s->intra->ops->caps & BRAID__CAP_DEVICE_MEM)) {
+    /* Device buffers: the table that stages them through the host. */
+    s->dev = 1;
+    c->ops = &braid__hier_dev_backend;
+  }
   if (st) {
     free_parts(s, 0);
     state_free(s);
@@ -212,7 +225,7 @@ static braid_status hier_init(braid_comm *c) {
 
 /* A child inside one node is a plain communicator of the node backend; one
    that spans nodes is hier again. */
-static braid_status hier_split(braid_comm *parent, braid_comm *child, const int *members, int n) {
+braid_status hier_split(braid_comm *parent, braid_comm *child, const int *members, int n) {
   hier_state *ps = parent->be;
   int one_node = 1;
   for (int i = 1; i < n; i++) one_node &= ps->node_of[members[i]] == ps->node_of[members[0]];
@@ -224,10 +237,10 @@ static braid_status hier_split(braid_comm *parent, braid_comm *child, const int 
   return intra->init(child);
 }
 
-static void hier_destroy(braid_comm *c, double timeout_s) {
+void hier_destroy(braid_comm *c, double timeout_s) {
   hier_state *s = c->be;
   if (!s) return;
-  hier_p2p_free(c);
+  if (s->dev) hier_dev_free(c);
   /* A failed hier leaves its parts' unfinished requests behind, naming
      buffers its calls no longer own: the parts fail too, so their release
      abandons that work instead of sending from those buffers. */
@@ -238,11 +251,13 @@ static void hier_destroy(braid_comm *c, double timeout_s) {
     if (parts[i]) atomic_compare_exchange_strong(&parts[i]->failed, &healthy, failed);
   }
   free_parts(s, timeout_s);
+  /* After the parts: their last sends may read staged host copies. */
+  hier_p2p_free(c);
   state_free(s);
   c->be = NULL;
 }
 
-static void hier_abort(braid_comm *c) {
+void hier_abort(braid_comm *c) {
   hier_state *s = c->be;
   if (!s) return;
   braid_comm *parts[3] = {s->intra, s->rail, s->flat};
@@ -252,22 +267,22 @@ static void hier_abort(braid_comm *c) {
 
 /* ---------------------------------------------------------------- waiting and failures */
 
-static int hier_arm(braid_comm *c) {
+int hier_arm(braid_comm *c) {
   (void)c;
   return 1;
 }
 
 /* Sleeps briefly: the parts' own wake-ups (a futex, an epoll set) cannot be
    waited for together, so the wait polls them between short naps. */
-static void hier_sleep(braid_comm *c, double slice_s) {
+void hier_sleep(braid_comm *c, double slice_s) {
   hier_progress(c);
   double nap = slice_s < 200e-6 ? slice_s : 200e-6;
   if (nap > 0) braid__sleep(nap);
 }
 
-static void hier_disarm(braid_comm *c) { (void)c; }
+void hier_disarm(braid_comm *c) { (void)c; }
 
-static braid_status hier_check_peers(braid_comm *c, int peer, const char *what) {
+braid_status hier_check_peers(braid_comm *c, int peer, const char *what) {
   (void)peer;
   hier_state *s = c->be;
   braid_comm *parts[2] = {s->intra, s->flat};
@@ -284,7 +299,7 @@ static braid_status hier_check_peers(braid_comm *c, int peer, const char *what) 
 }
 
 /* A failure another rank published in a part, in hier's rank numbers. */
-static int hier_remote_failure(braid_comm *c, braid_status *st, int *origin, char *text, size_t len) {
+int hier_remote_failure(braid_comm *c, braid_status *st, int *origin, char *text, size_t len) {
   hier_state *s = c->be;
   braid_comm *parts[3] = {s->intra, s->rail, s->flat};
   for (int i = 0; i < 3; i++) {
@@ -301,7 +316,7 @@ static int hier_remote_failure(braid_comm *c, braid_status *st, int *origin, cha
 
 /* This rank's failure goes out through every part, so ranks blocked in a
    part's call (on this node or another) stop at once. */
-static void hier_publish_failure(braid_comm *c, braid_status st, const char *text) {
+void hier_publish_failure(braid_comm *c, braid_status st, const char *text) {
   hier_state *s = c->be;
   braid_comm *parts[3] = {s->intra, s->rail, s->flat};
   for (int i = 0; i < 3; i++) {
@@ -315,22 +330,7 @@ const braid__backend braid__hier_backend = {
     .name = "hier",
     .caps = BRAID__CAP_NEEDS_STORE,
     .dtypes = BRAID__ALL_DTYPES,
-    .req_size = sizeof(hier_req),
-    .umsg_size = sizeof(braid__umsg),
-    .init = hier_init,
-    .split = hier_split,
-    .destroy = hier_destroy,
-    .abort = hier_abort,
-    .isend = hier_isend,
-    .irecv = hier_irecv,
-    .progress = hier_progress,
-    .take = hier_take,
-    .arm = hier_arm,
-    .sleep = hier_sleep,
-    .disarm = hier_disarm,
-    .check_peers = hier_check_peers,
-    .remote_failure = hier_remote_failure,
-    .publish_failure = hier_publish_failure,
+    HIER_SHARED_OPS,
     .barrier = hier_barrier,
     .all_reduce = hier_all_reduce,
     .broadcast = hier_broadcast,

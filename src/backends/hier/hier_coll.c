@@ -29,19 +29,12 @@ braid_status hier_sub_failed(braid_comm *c, braid_comm *sub, braid_status st) {
                             (unsigned long long)c->seq, part_name(s, sub), text);
   if (braid__status_is_fatal(st) || st == BRAID_ERR_MISMATCH)
     return braid__fail_comm(c, st, "in the %s part: %s", part_name(s, sub), text);
+  /* Every rank's part refuses the same dtype or op (nccl's reductions). */
+  if (st == BRAID_ERR_UNSUPPORTED) return braid__fail(c, st, "the %s part: %s", part_name(s, sub), text);
   /* A part refuses only what hier computed wrongly: the ranks now differ. */
   return braid__fail_comm(c, BRAID_ERR_INTERNAL, "the %s part refused a call: %s", part_name(s, sub), text);
 }
 
-/* Runs a part's call with this collective's digest in its descriptor, so
-   ranks of hier that made different calls fail the part's check. */
-#define PART(sub, call)                                           \
-  do {                                                            \
-    (sub)->desc_flags = (uint16_t)(c->desc_hash | 1);             \
-    braid_status st_ = (call);                                    \
-    (sub)->desc_flags = 0;                                        \
-    if (st_) return hier_sub_failed(c, (sub), st_);               \
-  } while (0)
 
 /* AVG: the parts sum; the world size divides once at the end. */
 static braid_op stage_op(braid_op op) { return op == BRAID_AVG ? BRAID_SUM : op; }

@@ -4,7 +4,10 @@
    one (source, tag) stay in order; matching and the shape rule are the
    part's (its messages name hier's ranks). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include "core/dtype.h"
 
 #include "backends/hier/hier.h"
 
@@ -19,7 +22,7 @@ static braid_comm *route(hier_state *s, int peer, int *sub_rank) {
 }
 
 /* A part's sentence becomes this call's (its ranks are already hier's). */
-static braid_status adopt(braid_comm *c, braid_comm *sub, braid_status st) {
+braid_status hier_adopt(braid_comm *c, braid_comm *sub, braid_status st) {
   char text[BRAID_ERRLEN];
   pthread_mutex_lock(&sub->err_lock);
   snprintf(text, sizeof text, "%s", sub->last_error);
@@ -40,11 +43,18 @@ static void track(braid_comm *c, hier_req *h, braid_comm *sub, braid__req *inner
   s->pending = h;
 }
 
-/* Completes h from its part's request once that is done. */
+/* Completes h from its part's request once that is done; a staged receive
+   first moves its host copy to the device buffer. */
 static int settle(braid_comm *c, hier_req *h) {
   braid__req *in = h->inner;
   if (!in->done) return 0;
   braid_status st = in->status;
+  if (h->dst && !st) {
+    st = hier_dev_copy(c, h->dst, h->host, h->bytes, BRAID__COPY_H2D);
+    if (!st) st = hier_dev_drain(c);
+  }
+  free(h->host);
+  h->host = h->dst = NULL;
   if (st == BRAID_ERR_MISMATCH && h->sub->deferred) {
     /* The part kept the sentence for its next sync: it is hier's now. */
     braid__defer(c, BRAID_ERR_MISMATCH, h->sub->deferred_msg);
@@ -56,16 +66,40 @@ static int settle(braid_comm *c, hier_req *h) {
   return 1;
 }
 
+/* Device buffers crossing nodes travel through a host copy of their own. */
+static braid_status staging(braid_comm *c, braid_comm *sub, braid__req *r, hier_req *h) {
+  hier_state *s = c->be;
+  h->host = h->dst = NULL;
+  h->bytes = r->h.count * braid_dtype_size((braid_dtype)r->h.dt);
+  if (!s->dev || sub == s->intra) return BRAID_OK;
+  h->host = malloc(h->bytes ? h->bytes : 1);
+  if (!h->host) return braid__fail(c, BRAID_ERR_NO_MEMORY, "out of memory for a %zu-byte host copy", h->bytes);
+  return BRAID_OK;
+}
+
 braid_status hier_isend(braid_comm *c, braid__req *r) {
   hier_state *s = c->be;
   int sp;
   braid_comm *sub = route(s, r->peer, &sp);
+  hier_req *h = (hier_req *)r;
+  braid_status st = staging(c, sub, r, h);
+  const void *buf = h->host ? h->host : r->buf;
+  if (!st && h->host) st = hier_dev_copy(c, h->host, r->buf, h->bytes, BRAID__COPY_D2H);
+  if (!st && h->host) st = hier_dev_drain(c);
+  if (st) {
+    free(h->host);
+    h->host = NULL;
+    return st;
+  }
   braid__req *in;
   sub->call = c->call;
-  braid_status st = braid__post_send_as(sub, r->buf, r->h.count, (braid_dtype)r->h.dt, sp, r->h.tag, &r->h.desc, &in);
+  st = braid__post_send_as(sub, buf, r->h.count, (braid_dtype)r->h.dt, sp, r->h.tag, &r->h.desc, &in);
   sub->call = NULL;
-  if (st) return adopt(c, sub, st);
-  hier_req *h = (hier_req *)r;
+  if (st) {
+    free(h->host);
+    h->host = NULL;
+    return hier_adopt(c, sub, st);
+  }
   track(c, h, sub, in);
   if (in->done) {
     s->pending = h->next;
@@ -80,14 +114,21 @@ braid_status hier_irecv(braid_comm *c, braid__req *r) {
   braid__match_cancel(c, r);
   int sp;
   braid_comm *sub = route(s, r->peer, &sp);
+  hier_req *h = (hier_req *)r;
+  braid_status st = staging(c, sub, r, h);
+  if (st) return st;
+  if (h->host) h->dst = r->buf;
   braid__req *in;
   sub->call = c->call;
   sub->posting_mismatch[0] = 0;
-  braid_status st = braid__post_recv_as(sub, r->buf, r->h.count, (braid_dtype)r->h.dt, sp, r->h.tag, &r->h.desc,
-                                        r->posting, &in);
+  st = braid__post_recv_as(sub, h->host ? h->host : r->buf, r->h.count, (braid_dtype)r->h.dt, sp, r->h.tag,
+                           &r->h.desc, r->posting, &in);
   sub->call = NULL;
-  if (st) return adopt(c, sub, st);
-  hier_req *h = (hier_req *)r;
+  if (st) {
+    free(h->host);
+    h->host = h->dst = NULL;
+    return hier_adopt(c, sub, st);
+  }
   track(c, h, sub, in);
   if (in->done) {
     if (in->status == BRAID_ERR_MISMATCH && r->posting)
@@ -109,7 +150,7 @@ braid_status hier_progress(braid_comm *c) {
     braid_status st = p->ops->progress(p);
     p->call = NULL;
     if (p->moved != moved) c->moved++;
-    if (st) return adopt(c, p, st);
+    if (st) return hier_adopt(c, p, st);
   }
   for (hier_req **link = &s->pending; *link;) {
     hier_req *h = *link;
@@ -119,6 +160,11 @@ braid_status hier_progress(braid_comm *c) {
     } else {
       link = &h->next;
     }
+  }
+  /* The node part's stream has finished hier's collectives and copies. */
+  if (s->dev_busy && !s->intra->npending) {
+    s->dev_busy = 0;
+    c->npending--;
   }
   return BRAID_OK;
 }
@@ -134,6 +180,7 @@ void hier_p2p_free(braid_comm *c) {
   while (s->pending) {
     hier_req *h = s->pending;
     s->pending = h->next;
+    free(h->host);
     braid__req_drop(c, &h->base);
   }
 }

@@ -799,6 +799,17 @@ static void nccl_destroy(braid_comm *c, double timeout_s) {
 
 /* ------------------------------------------------------------ collectives */
 
+/* Work enqueued after the last unit: the next unit covers it, and
+   braid_sync waits for it. */
+static void tail_pending(braid_comm *c) {
+  nccl_state *s = state(c);
+  s->tail_open = 1;
+  if (!s->busy) {
+    s->busy = 1;
+    c->npending++;
+  }
+}
+
 /* Before enqueueing collective work: failures, queued point to point, room
    in the ring, and (with the check) the digest reduction. */
 static braid_status coll_begin(braid_comm *c) {
@@ -826,14 +837,9 @@ static braid_status coll_begin(braid_comm *c) {
 
 /* After enqueueing: the unit joins the ring and braid_sync waits for it. */
 static braid_status coll_end(braid_comm *c, const char *fn, ncclResult_t rc) {
-  nccl_state *s = state(c);
   braid_status st = settle(c, fn, rc);
   if (st) return st;
-  s->tail_open = 1;
-  if (!s->busy) {
-    s->busy = 1;
-    c->npending++;
-  }
+  tail_pending(c);
   return BRAID_OK;
 }
 
@@ -921,6 +927,20 @@ static braid_status copy_d2d(braid_comm *c, void *dst, const void *src, size_t b
   if (dst == src || !bytes) return BRAID_OK;
   cudaError_t e = s->a->cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s->stream);
   return e != cudaSuccess ? cuda_fail(c, "cudaMemcpyAsync", e) : BRAID_OK;
+}
+
+/* The copy hook: after the queued sends and receives, on the stream; a
+   later event (the next wait's) covers it. */
+static braid_status nccl_copy(braid_comm *c, void *dst, const void *src, size_t bytes, braid__copy_dir dir) {
+  nccl_state *s = state(c);
+  braid_status st = flush_p2p(c);
+  if (st || !bytes) return st;
+  static const enum cudaMemcpyKind kind[] = {cudaMemcpyDeviceToHost, cudaMemcpyHostToDevice,
+                                             cudaMemcpyDeviceToDevice};
+  cudaError_t e = s->a->cudaMemcpyAsync(dst, src, bytes, kind[dir], s->stream);
+  if (e != cudaSuccess) return cuda_fail(c, "cudaMemcpyAsync", e);
+  tail_pending(c);
+  return BRAID_OK;
 }
 
 /* Gather, scatter and all-to-all(v) are groups of sends and receives, as
@@ -1229,6 +1249,7 @@ const braid__backend braid__nccl_backend = {
     .all_to_all = nccl_all_to_all,
     .all_to_allv = nccl_all_to_allv,
     .stream = &nccl_stream_ops,
+    .copy = nccl_copy,
     .mem_alloc = nccl_mem_alloc,
     .mem_free = nccl_mem_free,
     .mem_register = nccl_mem_register,

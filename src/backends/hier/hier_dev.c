@@ -1,0 +1,569 @@
+/* hier over a node part that keeps buffers in device memory (nccl): the
+   node-local stages run on the device, on the node part's stream; the
+   between-node stages run on host copies. A stage that needs the device's
+   data on the host enqueues the copy and waits for the stream; the last
+   copy back and the last node-local stage are left on the stream, and
+   braid_sync (or an event on the communication stream) waits for them. The
+   compositions are those of hier_coll.c; the rooted calls and all-to-all(v)
+   go through the host over the flat part. See docs/HIER.md. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/hier/hier.h"
+#include "core/dtype.h"
+#include "core/reduce.h"
+
+/* ---------------------------------------------------------------- the node part's stream */
+
+/* Runs expr on the node part p with hier's call name, under p's lock. */
+#define ON_NODE(c, p, expr)                 \
+  do {                                      \
+    pthread_mutex_lock(&(p)->lock);         \
+    (p)->call = (c)->call;                  \
+    st = (expr);                            \
+    (p)->call = NULL;                       \
+    pthread_mutex_unlock(&(p)->lock);       \
+  } while (0)
+
+/* hier's work is in flight on the node part: braid_sync waits for it. */
+static void in_flight(braid_comm *c) {
+  hier_state *s = c->be;
+  if (!s->dev_busy && s->intra->npending) {
+    s->dev_busy = 1;
+    c->npending++;
+  }
+}
+
+braid_status hier_dev_copy(braid_comm *c, void *dst, const void *src, size_t bytes, braid__copy_dir dir) {
+  hier_state *s = c->be;
+  braid_comm *p = s->intra;
+  braid_status st;
+  if (!bytes) return BRAID_OK;
+  ON_NODE(c, p, p->ops->copy(p, dst, src, bytes, dir));
+  if (st) return hier_sub_failed(c, p, st);
+  in_flight(c);
+  return BRAID_OK;
+}
+
+braid_status hier_dev_drain(braid_comm *c) {
+  hier_state *s = c->be;
+  braid_comm *p = s->intra;
+  braid_status st;
+  ON_NODE(c, p, p->ops->stream->sync_comm_stream(p));
+  if (st) return hier_sub_failed(c, p, st);
+  s->stage_busy = 0;
+  return BRAID_OK;
+}
+
+static braid_status d2h(braid_comm *c, void *h, const void *d, size_t bytes) {
+  ((hier_state *)c->be)->stage_busy = 1;
+  return hier_dev_copy(c, h, d, bytes, BRAID__COPY_D2H);
+}
+
+static braid_status h2d(braid_comm *c, void *d, const void *h, size_t bytes) {
+  ((hier_state *)c->be)->stage_busy = 1;
+  return hier_dev_copy(c, d, h, bytes, BRAID__COPY_H2D);
+}
+
+/* Host staging of at least bytes, free for the host to write: a copy the
+   last call left on the stream has run. */
+static braid_status stage(braid_comm *c, size_t bytes, char **out) {
+  hier_state *s = c->be;
+  braid_status st;
+  if (s->stage_busy && (st = hier_dev_drain(c))) return st;
+  if (bytes > s->stage_len) {
+    free(s->stage);
+    s->stage_len = 0;
+    if (!(s->stage = malloc(bytes)))
+      return braid__fail(c, BRAID_ERR_NO_MEMORY, "out of memory for %zu bytes of host staging", bytes);
+    s->stage_len = bytes;
+  }
+  *out = s->stage;
+  return BRAID_OK;
+}
+
+/* Device scratch of at least bytes; the old one is freed once the stream
+   no longer reads it. */
+static braid_status dscratch(braid_comm *c, size_t bytes, char **out) {
+  hier_state *s = c->be;
+  braid_comm *p = s->intra;
+  braid_status st = BRAID_OK;
+  if (bytes > s->dscratch_len) {
+    if (s->dscratch) {
+      if ((st = hier_dev_drain(c))) return st;
+      ON_NODE(c, p, p->ops->mem_free(p, s->dscratch));
+      s->dscratch = NULL;
+      s->dscratch_len = 0;
+      if (st) return hier_sub_failed(c, p, st);
+    }
+    ON_NODE(c, p, p->ops->mem_alloc(p, &s->dscratch, bytes));
+    if (st) return hier_sub_failed(c, p, st);
+    s->dscratch_len = bytes;
+  }
+  *out = s->dscratch;
+  return BRAID_OK;
+}
+
+void hier_dev_free(braid_comm *c) {
+  hier_state *s = c->be;
+  braid_comm *p = s->intra;
+  if (!s->dscratch || !p) return;
+  if (!atomic_load(&c->failed)) hier_dev_drain(c);
+  pthread_mutex_lock(&p->lock);
+  p->ops->mem_free(p, s->dscratch);
+  pthread_mutex_unlock(&p->lock);
+  s->dscratch = NULL;
+  s->dscratch_len = 0;
+}
+
+/* ---------------------------------------------------------------- ops of the stages */
+
+/* The op of hier's call as part p runs it: a scaled sum is made on p for
+   the call (*made); AVG stays AVG when p's result is final (keep_avg) and
+   is summed otherwise, hier dividing once at the end. */
+static braid_status part_op(braid_comm *c, braid_comm *p, braid_op op, int keep_avg, braid_op *out, int *made) {
+  const braid__premul *pm = braid__premul_of(c, op);
+  *made = 0;
+  *out = op == BRAID_AVG && !keep_avg ? BRAID_SUM : op;
+  if (!pm) return BRAID_OK;
+  braid_status st = braid_op_premul_sum(p, pm->scalar, (braid_dtype)pm->dt, out);
+  if (st) return hier_sub_failed(c, p, st);
+  *made = 1;
+  return BRAID_OK;
+}
+
+static void part_op_done(braid_comm *p, braid_op op, int made) {
+  if (made) braid_op_destroy(p, op);
+}
+
+/* A between-node reduction of host data across sub: an all-reduce of h
+   (count elements), or with scatter a reduce-scatter of h (count * size
+   elements) into out. op: the stage's op (a sum for AVG and scaled sums);
+   scalar: a scaled sum's scalar still to apply (no node stage applied it);
+   avg: divide by hier's size. Low-precision types travel as f32 and are
+   rounded once, as everywhere in braid. */
+static braid_status host_reduce(braid_comm *c, braid_comm *sub, int scatter, char *h, char *out, size_t count,
+                                braid_dtype dt, braid_op op, const void *scalar, int avg) {
+  size_t in = scatter ? count * (size_t)sub->size : count, es = braid_dtype_size(dt);
+  int lp = braid__acc_size(dt) != es;
+  braid_dtype wdt = lp ? BRAID_F32 : dt;
+  size_t wes = braid_dtype_size(wdt);
+  char *w = h;
+  if (lp && !(w = braid__scratch(c, 2, in * wes))) return BRAID_ERR_NO_MEMORY;
+  if (scalar) braid__scale(w, h, in, dt, scalar);
+  else if (lp) braid__acc_load(w, h, in, dt);
+  char *res = w;
+  if (scatter) {
+    res = lp ? w + (size_t)sub->rank * count * wes : out; /* lp: in place in the f32 copy */
+    PART(sub, braid_reduce_scatter(sub, w, res, count, wdt, op));
+  } else {
+    PART(sub, braid_all_reduce(sub, w, count, wdt, op));
+    out = h;
+  }
+  if (lp) braid__acc_store(out, res, count, dt, avg ? BRAID_AVG : op, avg ? c->size : 1);
+  else if (avg) braid__reduce_avg_finalize(out, count, dt, c->size);
+  return BRAID_OK;
+}
+
+/* ---------------------------------------------------------------- collectives */
+
+/* A node-local reduction on the device: an all-reduce of recv, or with
+   scatter a reduce-scatter of send into recv. */
+static braid_status node_reduce(braid_comm *c, int scatter, const void *send, void *recv, size_t count, braid_dtype dt,
+                                braid_op op, int keep_avg) {
+  hier_state *s = c->be;
+  braid_op o;
+  int made;
+  braid_status st = part_op(c, s->intra, op, keep_avg, &o, &made);
+  if (st) return st;
+  s->intra->desc_flags = (uint16_t)(c->desc_hash | 1);
+  st = scatter ? braid_reduce_scatter(s->intra, send, recv, count, dt, o) : braid_all_reduce(s->intra, recv, count, dt, o);
+  s->intra->desc_flags = 0;
+  part_op_done(s->intra, o, made);
+  if (!st) in_flight(c);
+  return st ? hier_sub_failed(c, s->intra, st) : BRAID_OK;
+}
+
+/* Every node alike: the node reduce-scatters into L shards (the last
+   count % L elements, too few to shard, are reduced whole), shard and tail
+   cross nodes together on this rank's rail, and the node all-gathers. One
+   rank per node: the rail alone. Nodes of different sizes: the node
+   reduces everything, local rank l < lmin reduces shard l across nodes and
+   gives it to its node. */
+static braid_status dev_all_reduce(braid_comm *c, void *vbuf, size_t count, braid_dtype dt, braid_op op) {
+  hier_state *s = c->be;
+  char *buf = vbuf, *h;
+  size_t es = braid_dtype_size(dt);
+  braid_status st;
+  if (s->nnodes == 1) {
+    st = node_reduce(c, 0, NULL, buf, count, dt, op, 1);
+    in_flight(c);
+    return st;
+  }
+  const braid__premul *pm = braid__premul_of(c, op);
+  int avg = op == BRAID_AVG;
+  braid_op rop = pm || avg ? BRAID_SUM : op;
+  if (s->uniform) {
+    size_t L = (size_t)s->lsize, q = count / L, r = L > 1 ? count % L : 0;
+    char *mine = buf + (size_t)s->lrank * q * es, *tail = buf + L * q * es;
+    if (L > 1 && q && (st = node_reduce(c, 1, buf, mine, q, dt, op, 0))) return st;
+    if (r && (st = node_reduce(c, 0, NULL, tail, r, dt, op, 0))) return st;
+    if ((st = stage(c, (q + r) * es, &h)) || (st = d2h(c, h, mine, q * es)) || (st = d2h(c, h + q * es, tail, r * es)) ||
+        (st = hier_dev_drain(c)))
+      return st;
+    if ((st = host_reduce(c, s->rail, 0, h, h, q + r, dt, rop, L > 1 || !pm ? NULL : pm->scalar, avg))) return st;
+    if ((st = h2d(c, mine, h, q * es)) || (st = h2d(c, tail, h + q * es, r * es))) return st;
+    if (L > 1 && q) PART(s->intra, braid_all_gather(s->intra, mine, buf, q, dt));
+    in_flight(c);
+    return BRAID_OK;
+  }
+  if ((st = node_reduce(c, 0, NULL, buf, count, dt, op, 0))) return st;
+  size_t S = (size_t)s->lmin, l = (size_t)s->lrank;
+  if (l < S) {
+    size_t off = l * (count / S) + (l < count % S ? l : count % S), len = count / S + (l < count % S ? 1 : 0);
+    if (len) {
+      if ((st = stage(c, len * es, &h)) || (st = d2h(c, h, buf + off * es, len * es)) || (st = hier_dev_drain(c)) ||
+          (st = host_reduce(c, s->rail, 0, h, h, len, dt, rop, NULL, avg)) ||
+          (st = h2d(c, buf + off * es, h, len * es)))
+        return st;
+    }
+  }
+  for (l = 0; l < S; l++) {
+    size_t off = l * (count / S) + (l < count % S ? l : count % S), len = count / S + (l < count % S ? 1 : 0);
+    if (len) PART(s->intra, braid_broadcast(s->intra, buf + off * es, len, dt, (int)l));
+  }
+  in_flight(c);
+  return BRAID_OK;
+}
+
+static braid_status dev_broadcast(braid_comm *c, void *vbuf, size_t count, braid_dtype dt, int root) {
+  hier_state *s = c->be;
+  char *buf = vbuf, *h;
+  braid_status st;
+  if (s->nnodes == 1) {
+    PART(s->intra, braid_broadcast(s->intra, buf, count, dt, root));
+    in_flight(c);
+    return BRAID_OK;
+  }
+  int rnode = s->node_of[root], home = s->node == rnode;
+  size_t es = braid_dtype_size(dt), L = (size_t)s->lsize;
+  if (home) PART(s->intra, braid_broadcast(s->intra, buf, count, dt, s->local_of[root]));
+  if (s->uniform && L > 1 && count >= L) {
+    /* Shard l crosses on rail l, the node reassembles; local rank 0 also
+       carries the last count % L elements. */
+    size_t q = count / L, r = s->lrank == 0 ? count % L : 0;
+    char *mine = buf + (size_t)s->lrank * q * es, *tail = buf + L * q * es;
+    if ((st = stage(c, (q + r) * es, &h))) return st;
+    if (home && ((st = d2h(c, h, mine, q * es)) || (st = d2h(c, h + q * es, tail, r * es)) ||
+                 (st = hier_dev_drain(c))))
+      return st;
+    PART(s->rail, braid_broadcast(s->rail, h, q, dt, rnode));
+    if (r) PART(s->rail, braid_broadcast(s->rail, h + q * es, r, dt, rnode));
+    if (!home) {
+      if ((st = h2d(c, mine, h, q * es)) || (st = h2d(c, tail, h + q * es, r * es))) return st;
+      PART(s->intra, braid_all_gather(s->intra, mine, buf, q, dt));
+      if (count % L) PART(s->intra, braid_broadcast(s->intra, tail, count % L, dt, 0));
+    }
+    in_flight(c);
+    return BRAID_OK;
+  }
+  /* Local rank 0 of every node carries it across, then each node spreads it. */
+  if (s->lrank == 0) {
+    if ((st = stage(c, count * es, &h))) return st;
+    if (home && ((st = d2h(c, h, buf, count * es)) || (st = hier_dev_drain(c)))) return st;
+    PART(s->rail0, braid_broadcast(s->rail0, h, count, dt, rnode));
+    if (!home && (st = h2d(c, buf, h, count * es))) return st;
+  }
+  if (!home) PART(s->intra, braid_broadcast(s->intra, buf, count, dt, 0));
+  in_flight(c);
+  return BRAID_OK;
+}
+
+/* The rooted calls, all-to-all(v) and the shapes the 2-D schemes do not
+   fit: the device data comes to the host, the flat part runs the call
+   there, and the result goes back. Send and receive ranges that overlap
+   (the in-place forms) share one host range. */
+typedef braid_status (*flat_call)(braid_comm *flat, const void *send, void *recv, void *arg);
+
+static braid_status staged(braid_comm *c, const void *vsend, size_t sb, void *vrecv, size_t rb, flat_call call,
+                           void *arg) {
+  hier_state *s = c->be;
+  const char *send = vsend;
+  char *recv = vrecv, *h, *hs, *hr;
+  braid_status st;
+  if (s->nnodes == 1) { /* the node part's own call, on the device */
+    s->intra->desc_flags = (uint16_t)(c->desc_hash | 1);
+    st = call(s->intra, vsend, vrecv, arg);
+    s->intra->desc_flags = 0;
+    if (st) return hier_sub_failed(c, s->intra, st);
+    in_flight(c);
+    return BRAID_OK;
+  }
+  if (sb && rb && send < recv + rb && recv < send + sb) {
+    const char *lo = send < recv ? send : recv;
+    size_t span = (size_t)((send + sb > recv + rb ? send + sb : recv + rb) - lo);
+    if ((st = stage(c, span, &h))) return st;
+    hs = h + (send - lo), hr = h + (recv - lo);
+  } else {
+    if ((st = stage(c, sb + rb, &h))) return st;
+    hs = h, hr = h + sb;
+  }
+  if (sb && ((st = d2h(c, hs, send, sb)) || (st = hier_dev_drain(c)))) return st;
+  s->flat->desc_flags = (uint16_t)(c->desc_hash | 1);
+  st = call(s->flat, sb ? hs : NULL, rb ? hr : NULL, arg);
+  s->flat->desc_flags = 0;
+  if (st) return hier_sub_failed(c, s->flat, st);
+  if (rb && (st = h2d(c, recv, hr, rb))) return st;
+  in_flight(c);
+  return BRAID_OK;
+}
+
+typedef struct flat_args {
+  size_t count;
+  braid_dtype dt;
+  braid_op op;
+  int root;
+  const size_t *sc, *sd, *rc, *rd;
+} flat_args;
+
+static braid_status f_all_gather(braid_comm *f, const void *s, void *r, void *a) {
+  flat_args *x = a;
+  return braid_all_gather(f, s, r, x->count, x->dt);
+}
+static braid_status f_reduce_scatter(braid_comm *f, const void *s, void *r, void *a) {
+  flat_args *x = a;
+  return braid_reduce_scatter(f, s, r, x->count, x->dt, x->op);
+}
+static braid_status f_reduce(braid_comm *f, const void *s, void *r, void *a) {
+  flat_args *x = a;
+  return braid_reduce(f, s, r, x->count, x->dt, x->op, x->root);
+}
+static braid_status f_gather(braid_comm *f, const void *s, void *r, void *a) {
+  flat_args *x = a;
+  return braid_gather(f, s, r, x->count, x->dt, x->root);
+}
+static braid_status f_scatter(braid_comm *f, const void *s, void *r, void *a) {
+  flat_args *x = a;
+  return braid_scatter(f, s, r, x->count, x->dt, x->root);
+}
+static braid_status f_all_to_all(braid_comm *f, const void *s, void *r, void *a) {
+  flat_args *x = a;
+  return braid_all_to_all(f, s, r, x->count, x->dt);
+}
+static braid_status f_all_to_allv(braid_comm *f, const void *s, void *r, void *a) {
+  flat_args *x = a;
+  return braid_all_to_allv(f, s, x->sc, x->sd, r, x->rc, x->rd, x->dt);
+}
+
+/* A reduction through the flat part (the node part on one node): its op
+   made there for the call. */
+static braid_status staged_red(braid_comm *c, const void *send, size_t sb, void *recv, size_t rb, flat_call call,
+                               flat_args *x) {
+  hier_state *s = c->be;
+  braid_comm *p = s->nnodes == 1 ? s->intra : s->flat;
+  int made;
+  braid_op user = x->op;
+  braid_status st = part_op(c, p, user, 1, &x->op, &made);
+  if (st) return st;
+  st = staged(c, send, sb, recv, rb, call, x);
+  part_op_done(p, x->op, made);
+  x->op = user;
+  return st;
+}
+
+/* Rail l gathers local rank l's blocks of every node on the host; on the
+   device the node gathers the rails' results, block (node j, local l) at
+   scratch[l * N + j], and each block moves to its rank's place. */
+static braid_status dev_all_gather(braid_comm *c, const void *send, void *vrecv, size_t count, braid_dtype dt) {
+  hier_state *s = c->be;
+  char *recv = vrecv, *h, *d;
+  size_t es = braid_dtype_size(dt), bytes = count * es;
+  braid_status st;
+  if (s->nnodes == 1) {
+    PART(s->intra, braid_all_gather(s->intra, send, recv, count, dt));
+    in_flight(c);
+    return BRAID_OK;
+  }
+  flat_args x = {.count = count, .dt = dt};
+  if (!s->uniform) return staged(c, send, bytes, recv, bytes * (size_t)c->size, f_all_gather, &x);
+  size_t N = (size_t)s->nnodes, L = (size_t)s->lsize;
+  if ((st = stage(c, bytes * (N + 1), &h)) || (st = d2h(c, h, send, bytes)) || (st = hier_dev_drain(c))) return st;
+  char *hout = h + bytes;
+  PART(s->rail, braid_all_gather(s->rail, h, hout, count, dt));
+  if (L == 1) {
+    for (size_t j = 0; j < N; j++)
+      if ((st = h2d(c, recv + (size_t)s->rank_at[j] * bytes, hout + j * bytes, bytes))) return st;
+    in_flight(c);
+    return BRAID_OK;
+  }
+  if ((st = dscratch(c, bytes * N * L, &d))) return st;
+  char *mine = d + (size_t)s->lrank * N * bytes;
+  if ((st = h2d(c, mine, hout, N * bytes))) return st;
+  PART(s->intra, braid_all_gather(s->intra, mine, d, count * N, dt));
+  for (size_t l = 0; l < L; l++)
+    for (size_t j = 0; j < N; j++)
+      if ((st = hier_dev_copy(c, recv + (size_t)s->rank_at[j * L + l] * bytes, d + (l * N + j) * bytes, bytes,
+                              BRAID__COPY_D2D)))
+        return st;
+  in_flight(c);
+  return BRAID_OK;
+}
+
+/* The blocks in (local rank, node) order on the device; the node
+   reduce-scatters local rank l the node's partial of every node's block l;
+   rail l reduces block (node j, l) to node j on the host. The send buffer
+   is only read. */
+static braid_status dev_reduce_scatter(braid_comm *c, const void *vsend, void *recv, size_t count, braid_dtype dt,
+                                       braid_op op) {
+  hier_state *s = c->be;
+  const char *send = vsend;
+  char *h, *d;
+  size_t es = braid_dtype_size(dt), bytes = count * es;
+  braid_status st;
+  if (s->nnodes == 1) {
+    st = node_reduce(c, 1, send, recv, count, dt, op, 1);
+    in_flight(c);
+    return st;
+  }
+  flat_args x = {.count = count, .dt = dt, .op = op};
+  if (!s->uniform) return staged_red(c, send, bytes * (size_t)c->size, recv, bytes, f_reduce_scatter, &x);
+  size_t N = (size_t)s->nnodes, L = (size_t)s->lsize;
+  const braid__premul *pm = braid__premul_of(c, op);
+  int avg = op == BRAID_AVG;
+  braid_op rop = pm || avg ? BRAID_SUM : op;
+  if ((st = stage(c, bytes * (N + 1), &h))) return st;
+  char *hout = h + N * bytes;
+  if (L == 1) {
+    for (size_t j = 0; j < N; j++)
+      if ((st = d2h(c, h + j * bytes, send + (size_t)s->rank_at[j] * bytes, bytes))) return st;
+  } else {
+    if ((st = dscratch(c, bytes * N * (L + 1), &d))) return st;
+    char *part = d + N * L * bytes;
+    for (size_t l = 0; l < L; l++)
+      for (size_t j = 0; j < N; j++)
+        if ((st = hier_dev_copy(c, d + (l * N + j) * bytes, send + (size_t)s->rank_at[j * L + l] * bytes, bytes,
+                                BRAID__COPY_D2D)))
+          return st;
+    if ((st = node_reduce(c, 1, d, part, count * N, dt, op, 0)) || (st = d2h(c, h, part, N * bytes))) return st;
+  }
+  if ((st = hier_dev_drain(c)) ||
+      (st = host_reduce(c, s->rail, 1, h, hout, count, dt, rop, L == 1 && pm ? pm->scalar : NULL, avg)))
+    return st;
+  if ((st = h2d(c, recv, hout, bytes))) return st;
+  in_flight(c);
+  return BRAID_OK;
+}
+
+static braid_status dev_reduce(braid_comm *c, const void *send, void *recv, size_t count, braid_dtype dt,
+                               braid_op op, int root) {
+  size_t bytes = count * braid_dtype_size(dt);
+  flat_args x = {.count = count, .dt = dt, .op = op, .root = root};
+  return staged_red(c, send, bytes, recv, c->rank == root ? bytes : 0, f_reduce, &x);
+}
+
+static braid_status dev_gather(braid_comm *c, const void *send, void *recv, size_t count, braid_dtype dt, int root) {
+  size_t bytes = count * braid_dtype_size(dt);
+  flat_args x = {.count = count, .dt = dt, .root = root};
+  return staged(c, send, bytes, recv, c->rank == root ? bytes * (size_t)c->size : 0, f_gather, &x);
+}
+
+static braid_status dev_scatter(braid_comm *c, const void *send, void *recv, size_t count, braid_dtype dt, int root) {
+  size_t bytes = count * braid_dtype_size(dt);
+  flat_args x = {.count = count, .dt = dt, .root = root};
+  return staged(c, send, c->rank == root ? bytes * (size_t)c->size : 0, recv, bytes, f_scatter, &x);
+}
+
+static braid_status dev_all_to_all(braid_comm *c, const void *send, void *recv, size_t count, braid_dtype dt) {
+  size_t all = count * braid_dtype_size(dt) * (size_t)c->size;
+  flat_args x = {.count = count, .dt = dt};
+  return staged(c, send, all, recv, all, f_all_to_all, &x);
+}
+
+/* The extent of per-peer blocks, in bytes. */
+static size_t extent(const braid_comm *c, const size_t *counts, const size_t *displs, size_t es) {
+  size_t end = 0;
+  for (int q = 0; q < c->size; q++)
+    if (counts[q] && displs[q] + counts[q] > end) end = displs[q] + counts[q];
+  return end * es;
+}
+
+static braid_status dev_all_to_allv(braid_comm *c, const void *send, const size_t *sc, const size_t *sd, void *recv,
+                                    const size_t *rc, const size_t *rd, braid_dtype dt) {
+  size_t es = braid_dtype_size(dt);
+  flat_args x = {.dt = dt, .sc = sc, .sd = sd, .rc = rc, .rd = rd};
+  size_t rb = extent(c, rc, rd, es);
+  /* In place (no send counts): the receive layout is the send layout. */
+  return staged(c, send, sc ? extent(c, sc, sd, es) : rb, recv, rb, f_all_to_allv, &x);
+}
+
+static braid_status dev_barrier(braid_comm *c) {
+  braid_status st = hier_barrier(c);
+  in_flight(c);
+  return st;
+}
+
+/* ---------------------------------------------------------------- streams and memory: the node part's */
+
+#define NODE_HOOK(ret_expr)                                 \
+  hier_state *s = c->be;                                    \
+  braid_comm *p = s->intra;                                 \
+  braid_status st;                                          \
+  ON_NODE(c, p, ret_expr);                                  \
+  return st ? hier_adopt(c, p, st) : BRAID_OK
+
+static braid_status dev_event_create(braid_comm *c, uint64_t *ev) { NODE_HOOK(p->ops->stream->event_create(p, ev)); }
+static braid_status dev_event_destroy(braid_comm *c, uint64_t ev) { NODE_HOOK(p->ops->stream->event_destroy(p, ev)); }
+static braid_status dev_record_comm(braid_comm *c, uint64_t ev) {
+  NODE_HOOK(p->ops->stream->event_record_on_comm_stream(p, ev));
+}
+static braid_status dev_record(braid_comm *c, uint64_t ev, uint64_t stream) {
+  NODE_HOOK(p->ops->stream->event_record_on_stream(p, ev, stream));
+}
+static braid_status dev_comm_wait(braid_comm *c, uint64_t ev) {
+  NODE_HOOK(p->ops->stream->comm_stream_wait_event(p, ev));
+}
+static braid_status dev_stream_wait(braid_comm *c, uint64_t stream, uint64_t ev) {
+  NODE_HOOK(p->ops->stream->stream_wait_event(p, stream, ev));
+}
+static braid_status dev_sync_stream(braid_comm *c) { NODE_HOOK(p->ops->stream->sync_comm_stream(p)); }
+
+static const braid__stream_ops dev_stream_ops = {
+    .event_create = dev_event_create,
+    .event_destroy = dev_event_destroy,
+    .event_record_on_comm_stream = dev_record_comm,
+    .event_record_on_stream = dev_record,
+    .comm_stream_wait_event = dev_comm_wait,
+    .stream_wait_event = dev_stream_wait,
+    .sync_comm_stream = dev_sync_stream,
+};
+
+static braid_status dev_mem_alloc(braid_comm *c, void **ptr, size_t size) { NODE_HOOK(p->ops->mem_alloc(p, ptr, size)); }
+static braid_status dev_mem_free(braid_comm *c, void *ptr) { NODE_HOOK(p->ops->mem_free(p, ptr)); }
+static braid_status dev_mem_register(braid_comm *c, void *buf, size_t size, void **handle) {
+  NODE_HOOK(p->ops->mem_register(p, buf, size, handle));
+}
+static braid_status dev_mem_deregister(braid_comm *c, void *handle) { NODE_HOOK(p->ops->mem_deregister(p, handle)); }
+
+const braid__backend braid__hier_dev_backend = {
+    .name = "hier",
+    .caps = BRAID__CAP_NEEDS_STORE | BRAID__CAP_DEVICE_MEM | BRAID__CAP_PREMUL,
+    .dtypes = BRAID__ALL_DTYPES,
+    HIER_SHARED_OPS,
+    .barrier = dev_barrier,
+    .all_reduce = dev_all_reduce,
+    .broadcast = dev_broadcast,
+    .all_gather = dev_all_gather,
+    .reduce_scatter = dev_reduce_scatter,
+    .reduce = dev_reduce,
+    .gather = dev_gather,
+    .scatter = dev_scatter,
+    .all_to_all = dev_all_to_all,
+    .all_to_allv = dev_all_to_allv,
+    .stream = &dev_stream_ops,
+    .copy = NULL,
+    .mem_alloc = dev_mem_alloc,
+    .mem_free = dev_mem_free,
+    .mem_register = dev_mem_register,
+    .mem_deregister = dev_mem_deregister,
+};

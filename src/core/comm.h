@@ -242,6 +242,12 @@ struct braid_comm {
   size_t scratch_len[BRAID__NSCRATCH];
 
   struct braid_comm *live_next; /* this process's communicators (core/wait.c) */
+  /* A part of a composed communicator (hier), outside the live list: while
+     a wait of this part cannot finish, it moves the other parts' pending
+     work (a send of one part may be what the peer needs before it can
+     enter this part's call). Returns how many still have work. NULL: none. */
+  int (*progress_siblings)(struct braid_comm *self);
+  struct braid_comm *owner; /* the composed communicator (progress_siblings' context) */
 
   struct braid__trace *trace;          /* the flight recorder (core/trace.h); NULL when off */
   struct braid__trace_ent *trace_cur;  /* the entry of the call in progress */

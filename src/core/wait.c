@@ -343,6 +343,7 @@ braid_status braid__wait_slow(braid_comm *c, braid__waiter *w, int peer, const c
   /* Another communicator's transfer may be what the awaited peer waits
      for; while one is pending this rank keeps polling instead of sleeping. */
   int others = atomic_load_explicit(&live_count, memory_order_relaxed) > 1 ? braid__progress_others(c) : 0;
+  if (c->progress_siblings) others += c->progress_siblings(c);
   if (others || now - w->start < c->yield_s) {
     sched_yield();
     return BRAID_OK;

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "backends/nccl/nccl_decl.h"
+#include "core/reduce.h"
 #include "harness.h"
 
 /* ---------------------------------------------------------------- libraries */
@@ -1005,6 +1006,66 @@ static int body_hier(braid_comm *unused, int rank, int n, void *arg) {
   return rc;
 }
 
+/* hier keeps the node part's order: a receive from another node lands
+   before a later collective reads its buffer, and queued node-local sends
+   and receives go out before a call that starts on the host (a scatter). */
+static int body_hier_order(braid_comm *unused, int rank, int n, void *arg) {
+  (void)unused, (void)arg;
+  NEED_CUDA();
+  static const char nodes[] = "aabb";
+  char id[2] = {nodes[rank], 0};
+  setenv("BRAID_NODE_ID", id, 1);
+  setenv("BRAID_BACKEND", "hier", 1);
+  braid_comm *c = NULL;
+  BT_CHECK(braid_init(NULL, &c) == BRAID_OK, "init: %s", braid_last_error(NULL));
+  float v[4] = {(float)(rank + 1), 1, 1, 1}, g[4];
+  float *d = dev_alloc(sizeof v), *e = dev_alloc(64 * sizeof(float));
+  BT_CHECK(d && e && h2d(d, v, sizeof v), "h2d");
+  if (rank == 0) BT_CHECK_OK(braid_recv(c, d, 4, BRAID_F32, 2, 9), c); /* from the other node */
+  if (rank == 2) {
+    usleep(200000);
+    BT_CHECK_OK(braid_send(c, d, 4, BRAID_F32, 0, 9), c);
+  }
+  BT_CHECK_OK(braid_all_reduce(c, d, 4, BRAID_F32, BRAID_SUM), c);
+  BT_CHECK_OK(braid_sync(c), c);
+  BT_CHECK(d2h(g, d, sizeof g), "d2h");
+  /* rank 0 holds rank 2's 3 when the sum starts: 3 + 2 + 3 + 4 */
+  BT_CHECK(g[0] == 12 && g[1] == (float)n, "all-reduce after a receive: %g %g, want 12 %d", g[0], g[1], n);
+  float blocks[4] = {10, 11, 12, 13}, one = 0;
+  if (rank == 0) BT_CHECK(h2d(e, blocks, sizeof blocks), "h2d");
+  if (rank == 1) BT_CHECK_OK(braid_send(c, d, 4, BRAID_F32, 0, 5), c);
+  if (rank == 0) BT_CHECK_OK(braid_recv(c, e + 8, 4, BRAID_F32, 1, 5), c);
+  BT_CHECK_OK(braid_scatter(c, e, e + 32, 1, BRAID_F32, 0), c);
+  BT_CHECK_OK(braid_sync(c), c);
+  BT_CHECK(d2h(&one, e + 32, sizeof one) && one == blocks[rank], "scatter after queued sends: %g", one);
+  if (rank == 0) BT_CHECK(d2h(g, e + 8, sizeof g) && g[0] == 12, "node-local receive: %g", g[0]);
+  /* f16 through the stages (f32 between nodes), AVG and a scaled sum */
+  uint16_t hv[7], hg[7], *dh = dev_alloc(sizeof hv);
+  float half = 0.5f;
+  uint16_t hhalf = braid__f32_to_f16(half);
+  braid_op ops[3] = {BRAID_SUM, BRAID_AVG, 0};
+  BT_CHECK_OK(braid_op_premul_sum(c, &hhalf, BRAID_F16, &ops[2]), c);
+  for (int k = 0; k < 3; k++) {
+    for (int i = 0; i < 7; i++) hv[i] = braid__f32_to_f16((float)(rank + 1 + i));
+    BT_CHECK(dh && h2d(dh, hv, sizeof hv), "h2d");
+    BT_CHECK_OK(braid_all_reduce(c, dh, 7, BRAID_F16, ops[k]), c);
+    BT_CHECK_OK(braid_sync(c), c);
+    BT_CHECK(d2h(hg, dh, sizeof hg), "d2h");
+    for (int i = 0; i < 7; i++) {
+      float want = (float)(n * (n + 1) / 2 + n * i);
+      want = k == 1 ? want / n : k == 2 ? want * half : want;
+      BT_CHECK(braid__f16_to_f32(hg[i]) == want, "f16 all-reduce op %d [%d]: %g, want %g", k, i,
+               braid__f16_to_f32(hg[i]), want);
+    }
+  }
+  BT_CHECK_OK(braid_op_destroy(c, ops[2]), c);
+  cu.free_(dh);
+  cu.free_(d);
+  cu.free_(e);
+  BT_CHECK_OK(braid_destroy(c), NULL);
+  return 0;
+}
+
 static int test_hier(void) {
   if (!libs_ready()) return BT_SKIP;
   /* On the real libraries every rank of a node needs a GPU of its own. */
@@ -1019,9 +1080,16 @@ static int test_hier(void) {
       biggest = k > biggest ? k : biggest;
     }
     if (real_mode() && gpus() < biggest) continue;
-    printf("  layout %s\n", layouts[i]);
+    double t0 = now_s();
     if (run_env(n, 240, extra, body_hier, (void *)layouts[i], 1, NULL)) return 1;
+    printf("  layout %s: %.2f s\n", layouts[i], now_s() - t0);
     ran++;
+  }
+  if (!real_mode() || gpus() >= 2) {
+    static const char *const timed[] = {"BRAID_HIER_INTRA=nccl", "BRAID_TIMEOUT=20", NULL};
+    double t0 = now_s();
+    if (run_env(4, 120, timed, body_hier_order, NULL, 1, NULL)) return 1;
+    printf("  order across parts: %.2f s\n", now_s() - t0);
   }
   return ran ? 0 : BT_SKIP;
 }
@@ -1029,14 +1097,27 @@ static int test_hier(void) {
 /* A rank killed on node b: every rank on both nodes gets PEER_LOST naming it. */
 static int body_hier_killed(braid_comm *unused, int rank, int n, void *arg) {
   (void)unused;
+  NEED_CUDA();
   char id[2] = {((const char *)arg)[rank], 0};
   setenv("BRAID_NODE_ID", id, 1);
   setenv("BRAID_BACKEND", "hier", 1);
   braid_comm *c = NULL;
   BT_CHECK(braid_init(NULL, &c) == BRAID_OK, "init: %s", braid_last_error(NULL));
-  int rc = body_killed(c, rank, n, NULL);
+  /* An all-gather first: device scratch exists when the rank dies, and the
+     survivors' destroy must not free it under the stuck stream. */
+  const size_t cnt = 1 << 16;
+  float *sd = dev_alloc(cnt * 4), *rd = dev_alloc(cnt * 4 * (size_t)n);
+  BT_CHECK(sd && rd, "cudaMalloc");
+  BT_CHECK_OK(braid_all_gather(c, sd, rd, cnt, BRAID_F32), c);
+  BT_CHECK_OK(braid_sync(c), c);
+  if (rank == n - 1) raise(SIGKILL);
+  braid_status st = braid_all_gather(c, sd, rd, cnt, BRAID_F32);
+  if (!st) st = braid_sync(c);
+  BT_CHECK(st == BRAID_ERR_PEER_LOST, "rank %d: %s: %s", rank, braid_status_string(st), braid_last_error(c));
   braid_destroy(c);
-  return rc;
+  struct timespec ts = {0, 300 * 1000 * 1000}; /* the stream's abandoned copies end meanwhile */
+  nanosleep(&ts, NULL);
+  return 0;
 }
 
 static int test_hier_killed(void) {

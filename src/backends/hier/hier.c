@@ -144,12 +144,33 @@ static const braid__backend *part_backend(braid_comm *c, braid__param_id id, con
 /* Builds a part over members (parent ranks, in order), this rank being
    member `me`: hier progresses it itself (it leaves the live list), and its
    messages name the hier ranks. */
+/* A part waiting in its own call moves the other parts' pending work:
+   a send a peer needs before it joins this call may sit in another part.
+   Only hier's thread uses the parts (under hier's lock); trylock skips a
+   part whose own call is on the stack. */
+static int progress_siblings(braid_comm *self) {
+  hier_state *s = self->owner ? self->owner->be : NULL;
+  if (!s) return 0;
+  braid_comm *parts[3] = {s->intra, s->rail, s->flat};
+  int busy = 0;
+  for (int i = 0; i < 3; i++) {
+    braid_comm *p = parts[i];
+    if (!p || p == self || !p->npending || atomic_load(&p->failed)) continue;
+    if (pthread_mutex_trylock(&p->lock) != 0) continue;
+    if (!p->ops->progress(p) && p->npending) busy++;
+    pthread_mutex_unlock(&p->lock);
+  }
+  return busy;
+}
+
 static braid_status make_part(braid_comm *c, const braid__backend *b, int *members, int n, int me, uint32_t color,
                               braid_comm **out) {
   uint32_t ordinal = ++c->nsplits;
   braid_status st = braid__comm_sub(c, b, members, n, me, ordinal, color, BRAID__SUB_LABEL, out);
   if (st) return st;
   braid__live_remove(*out);
+  (*out)->owner = c;
+  (*out)->progress_siblings = progress_siblings;
   return BRAID_OK;
 }
 
@@ -187,11 +208,16 @@ static braid_status make_parts(braid_comm *c, hier_state *s) {
   return st;
 }
 
+/* Each part leaves the state before its release, whose waits move the
+   parts still there. */
 static void free_parts(hier_state *s, double timeout_s) {
-  braid_comm *parts[3] = {s->flat, s->rail, s->intra};
-  for (int i = 0; i < 3; i++)
-    if (parts[i]) braid__comm_release(parts[i], timeout_s);
-  s->flat = s->rail = s->rail0 = s->intra = NULL;
+  braid_comm **slots[3] = {&s->flat, &s->rail, &s->intra};
+  s->rail0 = NULL;
+  for (int i = 0; i < 3; i++) {
+    braid_comm *p = *slots[i];
+    *slots[i] = NULL;
+    if (p) braid__comm_release(p, timeout_s);
+  }
 }
 
 braid_status hier_init(braid_comm *c) {

@@ -37,6 +37,7 @@ typedef struct hier_state {
   size_t stage_len;
   void *dscratch;   /* device scratch, from the node part's allocator */
   size_t dscratch_len;
+  struct later *later; /* host copies to free once the stream is idle */
 } hier_state;
 
 /* hier_coll.c */
@@ -78,6 +79,13 @@ braid_status hier_dev_copy(braid_comm *c, void *dst, const void *src, size_t byt
 braid_status hier_dev_drain(braid_comm *c);
 /* Frees the staging memory (before the parts are released). */
 void hier_dev_free(braid_comm *c);
+/* Frees host once the stream no longer reads it. */
+void hier_dev_free_later(braid_comm *c, void *host);
+/* The stream is idle: frees what waited for it. */
+void hier_dev_idle(braid_comm *c);
+/* Waits until the staged receives into [buf, buf + bytes) (buf NULL: all)
+   have their copies to the device on the stream (hier_p2p.c). */
+braid_status hier_dev_order(braid_comm *c, const void *buf, size_t bytes);
 
 /* Runs a part's call with the collective's digest in its descriptor, so
    ranks of hier that made different calls fail the part's check; a failure

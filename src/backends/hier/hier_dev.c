@@ -35,15 +35,46 @@ static void in_flight(braid_comm *c) {
   }
 }
 
+/* A copy of 0 bytes enqueues nothing but still puts the node part's
+   queued sends and receives on its stream first. */
 braid_status hier_dev_copy(braid_comm *c, void *dst, const void *src, size_t bytes, braid__copy_dir dir) {
   hier_state *s = c->be;
   braid_comm *p = s->intra;
   braid_status st;
-  if (!bytes) return BRAID_OK;
   ON_NODE(c, p, p->ops->copy(p, dst, src, bytes, dir));
   if (st) return hier_sub_failed(c, p, st);
-  in_flight(c);
+  if (bytes) in_flight(c);
   return BRAID_OK;
+}
+
+/* Host copies the stream may still read, freed once it is idle. */
+typedef struct later {
+  struct later *next;
+  void *host;
+} later;
+
+void hier_dev_free_later(braid_comm *c, void *host) {
+  hier_state *s = c->be;
+  later *l = malloc(sizeof *l);
+  if (!l) { /* no room to remember it: wait for the stream instead */
+    if (!hier_dev_drain(c)) free(host);
+    return;
+  }
+  l->host = host;
+  l->next = s->later;
+  s->later = l;
+}
+
+/* The stream has run everything enqueued: what it read can go. */
+void hier_dev_idle(braid_comm *c) {
+  hier_state *s = c->be;
+  s->stage_busy = 0;
+  while (s->later) {
+    later *l = s->later;
+    s->later = l->next;
+    free(l->host);
+    free(l);
+  }
 }
 
 braid_status hier_dev_drain(braid_comm *c) {
@@ -52,8 +83,16 @@ braid_status hier_dev_drain(braid_comm *c) {
   braid_status st;
   ON_NODE(c, p, p->ops->stream->sync_comm_stream(p));
   if (st) return hier_sub_failed(c, p, st);
-  s->stage_busy = 0;
+  hier_dev_idle(c);
   return BRAID_OK;
+}
+
+/* Before a collective (or an event or wait on the communication stream):
+   staged receives posted earlier reach the stream first, as on the node
+   part, and so do the node part's queued sends and receives. */
+static braid_status begin(braid_comm *c) {
+  braid_status st = hier_dev_order(c, NULL, 0);
+  return st ? st : hier_dev_copy(c, NULL, NULL, 0, BRAID__COPY_D2D);
 }
 
 static braid_status d2h(braid_comm *c, void *h, const void *d, size_t bytes) {
@@ -75,8 +114,9 @@ static braid_status stage(braid_comm *c, size_t bytes, char **out) {
   if (bytes > s->stage_len) {
     free(s->stage);
     s->stage_len = 0;
+    /* Other ranks may already be in this call's stages: hier fails. */
     if (!(s->stage = malloc(bytes)))
-      return braid__fail(c, BRAID_ERR_NO_MEMORY, "out of memory for %zu bytes of host staging", bytes);
+      return braid__fail_comm(c, BRAID_ERR_NO_MEMORY, "out of memory for %zu bytes of host staging", bytes);
     s->stage_len = bytes;
   }
   *out = s->stage;
@@ -105,16 +145,40 @@ static braid_status dscratch(braid_comm *c, size_t bytes, char **out) {
   return BRAID_OK;
 }
 
+/* Staging and scratch go once the stream has run everything; a failed
+   communicator's stream may still hold copies behind a stuck NCCL call
+   (until the node part is aborted), so then they are left allocated, as
+   the nccl backend leaves its own memory. */
 void hier_dev_free(braid_comm *c) {
   hier_state *s = c->be;
   braid_comm *p = s->intra;
-  if (!s->dscratch || !p) return;
-  if (!atomic_load(&c->failed)) hier_dev_drain(c);
-  pthread_mutex_lock(&p->lock);
-  p->ops->mem_free(p, s->dscratch);
-  pthread_mutex_unlock(&p->lock);
+  if (!p) return;
+  int idle = !atomic_load(&c->failed) && !hier_dev_drain(c);
+  if (!idle) {
+    size_t n = s->stage_len + s->dscratch_len;
+    for (later *l = s->later; l; l = l->next) n++;
+    if (n)
+      BLOG_WARN(BRAID_SUB_INIT, c->rank, "%s: the node part's stream did not finish; %zu bytes of staging are left allocated",
+                c->call ? c->call : "braid_destroy", n);
+    while (s->later) {
+      later *l = s->later;
+      s->later = l->next;
+      free(l);
+    }
+    s->stage = NULL;
+    s->dscratch = NULL;
+    s->stage_len = s->dscratch_len = 0;
+    return;
+  }
+  if (s->dscratch) {
+    pthread_mutex_lock(&p->lock);
+    p->ops->mem_free(p, s->dscratch);
+    pthread_mutex_unlock(&p->lock);
+  }
+  free(s->stage);
+  s->stage = NULL;
   s->dscratch = NULL;
-  s->dscratch_len = 0;
+  s->stage_len = s->dscratch_len = 0;
 }
 
 /* ---------------------------------------------------------------- ops of the stages */
@@ -196,6 +260,7 @@ static braid_status dev_all_reduce(braid_comm *c, void *vbuf, size_t count, brai
   char *buf = vbuf, *h;
   size_t es = braid_dtype_size(dt);
   braid_status st;
+  if ((st = begin(c))) return st;
   if (s->nnodes == 1) {
     st = node_reduce(c, 0, NULL, buf, count, dt, op, 1);
     in_flight(c);
@@ -241,6 +306,7 @@ static braid_status dev_broadcast(braid_comm *c, void *vbuf, size_t count, braid
   hier_state *s = c->be;
   char *buf = vbuf, *h;
   braid_status st;
+  if ((st = begin(c))) return st;
   if (s->nnodes == 1) {
     PART(s->intra, braid_broadcast(s->intra, buf, count, dt, root));
     in_flight(c);
@@ -292,6 +358,7 @@ static braid_status staged(braid_comm *c, const void *vsend, size_t sb, void *vr
   const char *send = vsend;
   char *recv = vrecv, *h, *hs, *hr;
   braid_status st;
+  if ((st = begin(c))) return st;
   if (s->nnodes == 1) { /* the node part's own call, on the device */
     s->intra->desc_flags = (uint16_t)(c->desc_hash | 1);
     st = call(s->intra, vsend, vrecv, arg);
@@ -380,6 +447,7 @@ static braid_status dev_all_gather(braid_comm *c, const void *send, void *vrecv,
   char *recv = vrecv, *h, *d;
   size_t es = braid_dtype_size(dt), bytes = count * es;
   braid_status st;
+  if ((st = begin(c))) return st;
   if (s->nnodes == 1) {
     PART(s->intra, braid_all_gather(s->intra, send, recv, count, dt));
     in_flight(c);
@@ -421,6 +489,7 @@ static braid_status dev_reduce_scatter(braid_comm *c, const void *vsend, void *r
   char *h, *d;
   size_t es = braid_dtype_size(dt), bytes = count * es;
   braid_status st;
+  if ((st = begin(c))) return st;
   if (s->nnodes == 1) {
     st = node_reduce(c, 1, send, recv, count, dt, op, 1);
     in_flight(c);
@@ -498,7 +567,8 @@ static braid_status dev_all_to_allv(braid_comm *c, const void *send, const size_
 }
 
 static braid_status dev_barrier(braid_comm *c) {
-  braid_status st = hier_barrier(c);
+  braid_status st = begin(c);
+  if (!st) st = hier_barrier(c);
   in_flight(c);
   return st;
 }
@@ -515,6 +585,8 @@ static braid_status dev_barrier(braid_comm *c) {
 static braid_status dev_event_create(braid_comm *c, uint64_t *ev) { NODE_HOOK(p->ops->stream->event_create(p, ev)); }
 static braid_status dev_event_destroy(braid_comm *c, uint64_t ev) { NODE_HOOK(p->ops->stream->event_destroy(p, ev)); }
 static braid_status dev_record_comm(braid_comm *c, uint64_t ev) {
+  braid_status first = hier_dev_order(c, NULL, 0); /* the event covers earlier receives */
+  if (first) return first;
   NODE_HOOK(p->ops->stream->event_record_on_comm_stream(p, ev));
 }
 static braid_status dev_record(braid_comm *c, uint64_t ev, uint64_t stream) {
@@ -526,7 +598,11 @@ static braid_status dev_comm_wait(braid_comm *c, uint64_t ev) {
 static braid_status dev_stream_wait(braid_comm *c, uint64_t stream, uint64_t ev) {
   NODE_HOOK(p->ops->stream->stream_wait_event(p, stream, ev));
 }
-static braid_status dev_sync_stream(braid_comm *c) { NODE_HOOK(p->ops->stream->sync_comm_stream(p)); }
+static braid_status dev_sync_stream(braid_comm *c) {
+  braid_status first = hier_dev_order(c, NULL, 0);
+  if (first) return first;
+  NODE_HOOK(p->ops->stream->sync_comm_stream(p));
+}
 
 static const braid__stream_ops dev_stream_ops = {
     .event_create = dev_event_create,

@@ -10,6 +10,7 @@
 #include "core/dtype.h"
 
 #include "backends/hier/hier.h"
+#include "core/wait.h"
 
 /* The part that reaches hier rank peer, and the peer's rank there. */
 static braid_comm *route(hier_state *s, int peer, int *sub_rank) {
@@ -50,8 +51,12 @@ static int settle(braid_comm *c, hier_req *h) {
   if (!in->done) return 0;
   braid_status st = in->status;
   if (h->dst && !st) {
+    /* On the stream like the node part's receives; braid_sync waits for it. */
     st = hier_dev_copy(c, h->dst, h->host, h->bytes, BRAID__COPY_H2D);
-    if (!st) st = hier_dev_drain(c);
+    if (!st) {
+      hier_dev_free_later(c, h->host);
+      h->host = NULL;
+    }
   }
   free(h->host);
   h->host = h->dst = NULL;
@@ -77,12 +82,35 @@ static braid_status staging(braid_comm *c, braid_comm *sub, braid__req *r, hier_
   return BRAID_OK;
 }
 
+static int overlaps(const hier_req *h, const char *buf, size_t bytes) {
+  const char *d = h->dst;
+  return !buf || (d < buf + bytes && buf < d + h->bytes);
+}
+
+braid_status hier_dev_order(braid_comm *c, const void *buf, size_t bytes) {
+  hier_state *s = c->be;
+  braid__waiter w;
+  braid__wait_begin(&w);
+  for (;;) {
+    braid_status st = hier_progress(c);
+    int peer = -1;
+    for (hier_req *h = s->pending; h && peer < 0 && !st; h = h->next)
+      if (h->dst && overlaps(h, buf, bytes)) peer = h->base.peer;
+    if (!st && peer < 0) break;
+    if (st || (st = braid__wait_poll(c, &w, peer, "a receive from another node the call comes after"))) return st;
+  }
+  braid__wait_end(c, &w);
+  return BRAID_OK;
+}
+
 braid_status hier_isend(braid_comm *c, braid__req *r) {
   hier_state *s = c->be;
   int sp;
   braid_comm *sub = route(s, r->peer, &sp);
   hier_req *h = (hier_req *)r;
-  braid_status st = staging(c, sub, r, h);
+  /* A buffer a staged receive is still to fill is sent after it, as on the stream. */
+  braid_status st = s->dev ? hier_dev_order(c, r->buf, r->h.count * braid_dtype_size((braid_dtype)r->h.dt)) : 0;
+  if (!st) st = staging(c, sub, r, h);
   const void *buf = h->host ? h->host : r->buf;
   if (!st && h->host) st = hier_dev_copy(c, h->host, r->buf, h->bytes, BRAID__COPY_D2H);
   if (!st && h->host) st = hier_dev_drain(c);
@@ -115,7 +143,8 @@ braid_status hier_irecv(braid_comm *c, braid__req *r) {
   int sp;
   braid_comm *sub = route(s, r->peer, &sp);
   hier_req *h = (hier_req *)r;
-  braid_status st = staging(c, sub, r, h);
+  braid_status st = s->dev ? hier_dev_order(c, r->buf, r->h.count * braid_dtype_size((braid_dtype)r->h.dt)) : 0;
+  if (!st) st = staging(c, sub, r, h);
   if (st) return st;
   if (h->host) h->dst = r->buf;
   braid__req *in;
@@ -165,6 +194,7 @@ braid_status hier_progress(braid_comm *c) {
   if (s->dev_busy && !s->intra->npending) {
     s->dev_busy = 0;
     c->npending--;
+    hier_dev_idle(c);
   }
   return BRAID_OK;
 }

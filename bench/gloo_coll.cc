@@ -8,7 +8,10 @@
  *   build/bench/gloo_coll --ranks 2 allreduce -b 8 -e 64M -f 4 --json
  *
  *   allreduce       gloo::allreduce (new API, the path PyTorch uses); out of
- *                   place and in place; --algo ring (default) or bcube
+ *                   place and in place; --algo ring (default) or bcube;
+ *                   or the legacy classes, in place, f32/f64: --algo
+ *                   ring_chunked (AllreduceRingChunked) or halving_doubling
+ *                   (AllreduceHalvingDoubling)
  *   broadcast       gloo::broadcast from -r (in place)
  *   allgather       gloo::allgather (out of place)
  *   reduce_scatter  gloo::ReduceScatterHalvingDoubling (the only
@@ -44,6 +47,8 @@
 
 #include "gloo/allgather.h"
 #include "gloo/allreduce.h"
+#include "gloo/allreduce_halving_doubling.h"
+#include "gloo/allreduce_ring_chunked.h"
 #include "gloo/alltoall.h"
 #include "gloo/alltoallv.h"
 #include "gloo/barrier.h"
@@ -71,7 +76,14 @@ struct Gloo {
   int rank = 0, n = 1;
   gloo::AllreduceOptions::Algorithm algo = gloo::AllreduceOptions::Algorithm::RING;
   std::string algo_name = "ring";
+  int legacy = 0;  // 1: AllreduceRingChunked, 2: AllreduceHalvingDoubling
   std::string err;
+  // A legacy all-reduce binds its buffer at construction (collective), as
+  // the reduce-scatter below: built for new arguments, then reused.
+  std::unique_ptr<gloo::Algorithm> ar;
+  const void* ar_ptr = nullptr;
+  size_t ar_count = 0;
+  int ar_dt = -1, ar_op = -1;
   // Legacy reduce-scatter objects bind their buffer at construction, which is
   // collective: built on the first call with new arguments, then reused.
   std::unique_ptr<gloo::Algorithm> rs;
@@ -154,7 +166,30 @@ void allreduce_t(Gloo& g, const void* send, void* recv, size_t count, braid_op o
   gloo::allreduce(o);
 }
 
+template <typename T>
+void allreduce_legacy_t(Gloo& g, void* buf, size_t count, braid_dtype dt, braid_op op) {
+  if (count > static_cast<size_t>(INT_MAX))
+    throw std::runtime_error("the legacy all-reduce counts elements in int: size too large");
+  if (!g.ar || g.ar_ptr != buf || g.ar_count != count || g.ar_dt != dt || g.ar_op != op) {
+    g.ar.reset();
+    std::vector<T*> ptrs{static_cast<T*>(buf)};
+    const int n = static_cast<int>(count);
+    if (g.legacy == 1) g.ar.reset(new gloo::AllreduceRingChunked<T>(g.ctx, ptrs, n, legacy_fn<T>(op)));
+    else g.ar.reset(new gloo::AllreduceHalvingDoubling<T>(g.ctx, ptrs, n, legacy_fn<T>(op)));
+    g.ar_ptr = buf;
+    g.ar_count = count;
+    g.ar_dt = dt;
+    g.ar_op = op;
+  }
+  g.ar->run();
+}
+
 void allreduce(Gloo& g, const void* s, void* r, size_t c, braid_dtype dt, braid_op op, int ip) {
+  if (g.legacy) {  // in place only (g_placements)
+    if (dt == BRAID_F64) allreduce_legacy_t<double>(g, r, c, dt, op);
+    else allreduce_legacy_t<float>(g, r, c, dt, op);
+    return;
+  }
   switch (dt) {
     case BRAID_F32: allreduce_t<float>(g, s, r, c, op, ip); break;
     case BRAID_F64: allreduce_t<double>(g, s, r, c, op, ip); break;
@@ -227,19 +262,20 @@ void alltoallv(Gloo& g, const void* send, void* recv, size_t count, size_t esz) 
   gloo::alltoallv(o);
 }
 
-extern "C" unsigned g_placements(void*, perf_op op) {
+extern "C" unsigned g_placements(void* p, perf_op op) {
   switch (op) {
-    case PERF_ALLREDUCE: return PERF_OOP | PERF_INPLACE;
+    case PERF_ALLREDUCE: return static_cast<Gloo*>(p)->legacy ? PERF_INPLACE : PERF_OOP | PERF_INPLACE;
     case PERF_BROADCAST:
     case PERF_REDUCE_SCATTER: return PERF_INPLACE;
     default: return PERF_OOP;
   }
 }
 
-extern "C" const char* g_unsupported(void*, perf_op op, braid_dtype dt, braid_op rop) {
+extern "C" const char* g_unsupported(void* p, perf_op op, braid_dtype dt, braid_op rop) {
   static char why[160];
   if (op != PERF_ALLREDUCE && op != PERF_REDUCE_SCATTER && op != PERF_REDUCE) return nullptr;
-  bool type_ok = op != PERF_REDUCE_SCATTER ? typed_reduction(dt) : (dt == BRAID_F32 || dt == BRAID_F64);
+  bool legacy = op == PERF_REDUCE_SCATTER || (op == PERF_ALLREDUCE && static_cast<Gloo*>(p)->legacy);
+  bool type_ok = !legacy ? typed_reduction(dt) : (dt == BRAID_F32 || dt == BRAID_F64);
   if (!type_ok) {
     snprintf(why, sizeof why, "gloo_coll has no %s %s", perf_op_name(op), perf_dtype_name(dt));
     return why;
@@ -344,7 +380,9 @@ extern "C" void g_describe(void* p, perf_op op, FILE* out) {
   Gloo& g = *static_cast<Gloo*>(p);
   switch (op) {
     case PERF_ALLREDUCE:
-      fprintf(out, "# algorithm: gloo::allreduce %s (new API), every size\n", g.algo_name.c_str());
+      if (g.legacy) fprintf(out, "# algorithm: gloo::%s (legacy class), every size\n",
+                            g.legacy == 1 ? "AllreduceRingChunked" : "AllreduceHalvingDoubling");
+      else fprintf(out, "# algorithm: gloo::allreduce %s (new API), every size\n", g.algo_name.c_str());
       break;
     case PERF_REDUCE_SCATTER:
       fprintf(out, "# algorithm: gloo::ReduceScatterHalvingDoubling, every size\n");
@@ -360,6 +398,7 @@ int rank_main(int rank, int n, const std::string& dir, const Gloo& proto, perf_a
   g.n = n;
   g.algo = proto.algo;
   g.algo_name = proto.algo_name;
+  g.legacy = proto.legacy;
   gloo::transport::tcp::attr attr;
   attr.hostname = "127.0.0.1";  // loopback only
   attr.ai_family = AF_INET;
@@ -390,6 +429,7 @@ int rank_main(int rank, int n, const std::string& dir, const Gloo& proto, perf_a
   int rc = perf_run(&a, &L);
   g_barrier(&g);  // nobody closes its sockets while a peer still reads
   g.rs.reset();
+  g.ar.reset();
   g.sb.reset();
   g.rb.reset();
   return rc;
@@ -450,8 +490,12 @@ int main(int argc, char** argv) {
       proto.algo_name = v2;
       if (proto.algo_name == "ring") proto.algo = gloo::AllreduceOptions::Algorithm::RING;
       else if (proto.algo_name == "bcube") proto.algo = gloo::AllreduceOptions::Algorithm::BCUBE;
+      else if (proto.algo_name == "ring_chunked") proto.legacy = 1;
+      else if (proto.algo_name == "halving_doubling") proto.legacy = 2;
       else {
-        fprintf(stderr, "gloo_coll: invalid value '%s' for --algo: expected ring or bcube\n", v2);
+        fprintf(stderr,
+                "gloo_coll: invalid value '%s' for --algo: expected ring, bcube, ring_chunked or halving_doubling\n",
+                v2);
         return PERF_EXIT_USAGE;
       }
     } else if (const char* v3 = value("--label")) {
@@ -464,7 +508,7 @@ int main(int argc, char** argv) {
   perf_args a;
   int rc = perf_parse_args(static_cast<int>(av.size()) - 1, av.data(), &a, "gloo_coll", 0);
   if (rc >= 0) {
-    if (rc == 0) printf("gloo_coll only: --ranks N (default 2), --algo ring|bcube, --label NAME\n");
+    if (rc == 0) printf("gloo_coll only: --ranks N (default 2), --algo ring|bcube|ring_chunked|halving_doubling, --label NAME\n");
     return rc;
   }
   char tmpl[] = "/tmp/gloo_coll.XXXXXX";

@@ -165,6 +165,10 @@ struct braid__backend {
      stream is (stream->sync_comm_stream). Host memory must stay untouched
      until then. Optional. */
   braid_status (*copy)(braid_comm *c, void *dst, const void *src, size_t bytes, braid__copy_dir dir);
+  /* Page-locked host memory for those copies (faster, and truly
+     asynchronous). Optional. */
+  braid_status (*host_alloc)(braid_comm *c, void **ptr, size_t size);
+  void (*host_free)(braid_comm *c, void *ptr);
 
   /* Communication memory and registration (optional; NULL: host memory from
      braid_mem_alloc, registration a no-op). */

@@ -33,7 +33,8 @@ typedef struct hier_state {
   int dev;
   int dev_busy;     /* counted in c->npending while the node part has hier's work in flight */
   int stage_busy;   /* a copy to or from stage may still run on the node part's stream */
-  char *stage;      /* host staging */
+  char *stage;      /* host staging: page-locked where the node part offers it */
+  int stage_pinned;
   size_t stage_len;
   void *dscratch;   /* device scratch, from the node part's allocator */
   size_t dscratch_len;

@@ -105,6 +105,21 @@ static braid_status h2d(braid_comm *c, void *d, const void *h, size_t bytes) {
   return hier_dev_copy(c, d, h, bytes, BRAID__COPY_H2D);
 }
 
+/* Frees the staging (the stream no longer reads it). */
+static void stage_release(braid_comm *c) {
+  hier_state *s = c->be;
+  braid_comm *p = s->intra;
+  if (s->stage && s->stage_pinned) {
+    pthread_mutex_lock(&p->lock);
+    p->ops->host_free(p, s->stage);
+    pthread_mutex_unlock(&p->lock);
+  } else {
+    free(s->stage);
+  }
+  s->stage = NULL;
+  s->stage_len = 0;
+}
+
 /* Host staging of at least bytes, free for the host to write: a copy the
    last call left on the stream has run. */
 static braid_status stage(braid_comm *c, size_t bytes, char **out) {
@@ -112,11 +127,18 @@ static braid_status stage(braid_comm *c, size_t bytes, char **out) {
   braid_status st;
   if (s->stage_busy && (st = hier_dev_drain(c))) return st;
   if (bytes > s->stage_len) {
-    free(s->stage);
-    s->stage_len = 0;
+    stage_release(c);
+    braid_comm *p = s->intra;
+    void *m = NULL;
+    if (p->ops->host_alloc) {
+      ON_NODE(c, p, p->ops->host_alloc(p, &m, bytes));
+      if (st) m = NULL; /* pageable memory works too, only slower */
+    }
+    s->stage_pinned = m != NULL;
     /* Other ranks may already be in this call's stages: hier fails. */
-    if (!(s->stage = malloc(bytes)))
+    if (!m && !(m = malloc(bytes)))
       return braid__fail_comm(c, BRAID_ERR_NO_MEMORY, "out of memory for %zu bytes of host staging", bytes);
+    s->stage = m;
     s->stage_len = bytes;
   }
   *out = s->stage;
@@ -175,10 +197,9 @@ void hier_dev_free(braid_comm *c) {
     p->ops->mem_free(p, s->dscratch);
     pthread_mutex_unlock(&p->lock);
   }
-  free(s->stage);
-  s->stage = NULL;
+  stage_release(c);
   s->dscratch = NULL;
-  s->stage_len = s->dscratch_len = 0;
+  s->dscratch_len = 0;
 }
 
 /* ---------------------------------------------------------------- ops of the stages */

@@ -1191,6 +1191,16 @@ static const braid__stream_ops nccl_stream_ops = {
 
 /* ------------------------------------------------------------ memory */
 
+static braid_status nccl_host_alloc(braid_comm *c, void **ptr, size_t size) {
+  cudaError_t e = state(c)->a->cudaMallocHost(ptr, size);
+  if (e == cudaSuccess) return BRAID_OK;
+  *ptr = NULL;
+  return braid__fail(c, BRAID_ERR_NO_MEMORY, "cudaMallocHost of %zu bytes failed: %s", size,
+                     state(c)->a->cudaGetErrorString(e));
+}
+
+static void nccl_host_free(braid_comm *c, void *ptr) { state(c)->a->cudaFreeHost(ptr); }
+
 static braid_status nccl_mem_alloc(braid_comm *c, void **ptr, size_t size) {
   ncclResult_t rc = state(c)->a->ncclMemAlloc(ptr, size);
   if (rc != ncclSuccess) {
@@ -1250,6 +1260,8 @@ const braid__backend braid__nccl_backend = {
     .all_to_allv = nccl_all_to_allv,
     .stream = &nccl_stream_ops,
     .copy = nccl_copy,
+    .host_alloc = nccl_host_alloc,
+    .host_free = nccl_host_free,
     .mem_alloc = nccl_mem_alloc,
     .mem_free = nccl_mem_free,
     .mem_register = nccl_mem_register,

@@ -250,6 +250,35 @@ static int test_auto(void) {
          run_layout(&one, body_auto, "shm", NULL, "auto");
 }
 
+/* A send queued on the flat part must leave while its rank waits in
+   another part's call: rank 0 sends 1 MiB to rank 2 (another node, more
+   than tcp sends eagerly) and enters an all-reduce, which needs rank 2;
+   rank 2 first waits for the message. */
+static int body_progress(braid_comm *c, int rank, int n, void *arg) {
+  (void)arg;
+  const size_t cnt = 1 << 18;
+  int32_t *m = malloc(cnt * sizeof *m), x = rank;
+  BT_CHECK(m, "malloc");
+  for (size_t i = 0; i < cnt; i++) m[i] = rank == 0 ? (int32_t)i : -1;
+  if (rank == 0) BT_CHECK_OK(braid_send(c, m, cnt, BRAID_I32, 2, 4), c);
+  if (rank == 2) {
+    BT_CHECK_OK(braid_recv(c, m, cnt, BRAID_I32, 0, 4), c);
+    BT_CHECK_OK(braid_sync(c), c);
+    for (size_t i = 0; i < cnt; i++) BT_CHECK(m[i] == (int32_t)i, "message [%zu] = %d", i, m[i]);
+  }
+  BT_CHECK_OK(braid_all_reduce(c, &x, 1, BRAID_I32, BRAID_SUM), c);
+  BT_CHECK(x == n * (n - 1) / 2, "sum %d", x);
+  BT_CHECK_OK(braid_sync(c), c);
+  free(m);
+  return 0;
+}
+
+static int test_progress(void) {
+  if (!has_hier()) return 0;
+  const char *env[] = {"BRAID_TIMEOUT=20", NULL};
+  return run_layout(&layouts[0], body_progress, NULL, env, NULL);
+}
+
 /* A part backend hier cannot use is refused at init, naming the choices;
    nccl is a choice inside a node only. */
 static int body_bad_part(braid_comm *unused, int rank, int n, void *arg) {
@@ -280,6 +309,7 @@ int main(int argc, char **argv) {
       {"peer_lost", test_peer_lost, 120},
       {"auto", test_auto, 120},
       {"bad_part", test_bad_part, 60},
+      {"progress", test_progress, 120},
   };
   return bt_main(argc, argv, cases, BT_COUNT(cases));
 }

@@ -81,15 +81,27 @@ braid_status braid__start_check(braid_comm *c, const char *during) {
   int n = c->scope ? c->nscope : c->boot->env.world_size, self = world_rank(c, c->rank);
   if (n <= 0) return BRAID_OK;
   if (!c->scope_pid && !(c->scope_pid = calloc((size_t)n, sizeof *c->scope_pid))) return BRAID_OK;
+  /* Every rank found gone is named: a rank whose own start failed on a
+     death may have ended before this one looks, and the first death is
+     the one that explains the others. */
+  char who[160] = "";
+  size_t len = 0;
+  int dead = 0;
   for (int i = 0; i < n; i++) {
     int w = c->scope ? c->scope[i] : i;
     if (w == self) continue;
     if (!c->scope_pid[i]) c->scope_pid[i] = braid__boot_world_pid(c->boot, w);
     long pid = c->scope_pid[i];
-    if (pid > 0 && kill((pid_t)pid, 0) != 0 && errno == ESRCH)
-      return braid__fail(c, BRAID_ERR_PEER_LOST, "rank %d (pid %ld) died during %s", i, pid, during);
+    if (!(pid > 0 && kill((pid_t)pid, 0) != 0 && errno == ESRCH)) continue;
+    if (dead < 4 && len < sizeof who) {
+      int k = snprintf(who + len, sizeof who - len, "%srank %d (pid %ld)", dead ? ", " : "", i, pid);
+      if (k > 0) len += (size_t)k;
+    }
+    dead++;
   }
-  return BRAID_OK;
+  if (!dead) return BRAID_OK;
+  return braid__fail(c, BRAID_ERR_PEER_LOST, "%s%s %s during %s", who, dead > 4 ? " and others" : "",
+                     dead > 1 ? "are gone (died or ended)" : "died", during);
 }
 
 braid_status braid__comm_sub(braid_comm *parent, const braid__backend *ops, const int *members, int n, int newrank,

@@ -35,13 +35,16 @@ static braid_status read_params(braid_comm *c, tcp_state *s) {
 }
 
 /* Spinning polls the sockets; with more ranks than cores it only delays the
-   rank waited for, so waits then go to epoll at once. */
+   rank waited for, so waits then do not spin. They still yield the CPU for
+   a while before sleeping in epoll, as shm's do: a sleep costs a wake-up
+   per message, and where idle CPUs halt (VMs) that wake-up dominates
+   small and mid-size calls. */
 static void set_waiting(braid_comm *c) {
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   int local = c->boot && c->boot->local_size > 0 ? c->boot->local_size : 1;
   int oversub = ncpu > 0 && local > ncpu;
   c->spin_limit = oversub ? 1 : 2048;
-  c->yield_s = oversub ? 0 : 0.5e-3;
+  c->yield_s = oversub ? 2e-3 : 0.5e-3;
 }
 
 static void state_free(tcp_state *s) {

@@ -145,6 +145,17 @@ static braid_status stage(braid_comm *c, size_t bytes, char **out) {
   return BRAID_OK;
 }
 
+/* Frees the device scratch (the stream no longer reads it). */
+static braid_status dscratch_release(braid_comm *c) {
+  hier_state *s = c->be;
+  braid_comm *p = s->intra;
+  braid_status st = BRAID_OK;
+  if (s->dscratch) ON_NODE(c, p, p->ops->mem_free(p, s->dscratch));
+  s->dscratch = NULL;
+  s->dscratch_len = 0;
+  return st;
+}
+
 /* Device scratch of at least bytes; the old one is freed once the stream
    no longer reads it. */
 static braid_status dscratch(braid_comm *c, size_t bytes, char **out) {
@@ -152,13 +163,8 @@ static braid_status dscratch(braid_comm *c, size_t bytes, char **out) {
   braid_comm *p = s->intra;
   braid_status st = BRAID_OK;
   if (bytes > s->dscratch_len) {
-    if (s->dscratch) {
-      if ((st = hier_dev_drain(c))) return st;
-      ON_NODE(c, p, p->ops->mem_free(p, s->dscratch));
-      s->dscratch = NULL;
-      s->dscratch_len = 0;
-      if (st) return hier_sub_failed(c, p, st);
-    }
+    if (s->dscratch && (st = hier_dev_drain(c))) return st;
+    if ((st = dscratch_release(c))) return hier_sub_failed(c, p, st);
     ON_NODE(c, p, p->ops->mem_alloc(p, &s->dscratch, bytes));
     if (st) return hier_sub_failed(c, p, st);
     s->dscratch_len = bytes;
@@ -175,31 +181,24 @@ void hier_dev_free(braid_comm *c) {
   hier_state *s = c->be;
   braid_comm *p = s->intra;
   if (!p) return;
-  int idle = !atomic_load(&c->failed) && !hier_dev_drain(c);
-  if (!idle) {
-    size_t n = s->stage_len + s->dscratch_len;
-    for (later *l = s->later; l; l = l->next) n++;
-    if (n)
-      BLOG_WARN(BRAID_SUB_INIT, c->rank, "%s: the node part's stream did not finish; %zu bytes of staging are left allocated",
-                c->call ? c->call : "braid_destroy", n);
-    while (s->later) {
-      later *l = s->later;
-      s->later = l->next;
-      free(l);
-    }
-    s->stage = NULL;
-    s->dscratch = NULL;
-    s->stage_len = s->dscratch_len = 0;
+  if (!atomic_load(&c->failed) && !hier_dev_drain(c)) { /* idle: the drain freed the later copies */
+    dscratch_release(c);
+    stage_release(c);
     return;
   }
-  if (s->dscratch) {
-    pthread_mutex_lock(&p->lock);
-    p->ops->mem_free(p, s->dscratch);
-    pthread_mutex_unlock(&p->lock);
+  size_t n = s->stage_len + s->dscratch_len;
+  for (later *l = s->later; l; l = l->next) n++;
+  if (n)
+    BLOG_WARN(BRAID_SUB_INIT, c->rank, "%s: the node part's stream did not finish; %zu bytes of staging are left allocated",
+              c->call ? c->call : "braid_destroy", n);
+  while (s->later) { /* the records go, the copies they name stay */
+    later *l = s->later;
+    s->later = l->next;
+    free(l);
   }
-  stage_release(c);
+  s->stage = NULL;
   s->dscratch = NULL;
-  s->dscratch_len = 0;
+  s->stage_len = s->dscratch_len = 0;
 }
 
 /* ---------------------------------------------------------------- ops of the stages */
@@ -282,11 +281,7 @@ static braid_status dev_all_reduce(braid_comm *c, void *vbuf, size_t count, brai
   size_t es = braid_dtype_size(dt);
   braid_status st;
   if ((st = begin(c))) return st;
-  if (s->nnodes == 1) {
-    st = node_reduce(c, 0, NULL, buf, count, dt, op, 1);
-    in_flight(c);
-    return st;
-  }
+  if (s->nnodes == 1) return node_reduce(c, 0, NULL, buf, count, dt, op, 1);
   const braid__premul *pm = braid__premul_of(c, op);
   int avg = op == BRAID_AVG;
   braid_op rop = pm || avg ? BRAID_SUM : op;
@@ -511,11 +506,7 @@ static braid_status dev_reduce_scatter(braid_comm *c, const void *vsend, void *r
   size_t es = braid_dtype_size(dt), bytes = count * es;
   braid_status st;
   if ((st = begin(c))) return st;
-  if (s->nnodes == 1) {
-    st = node_reduce(c, 1, send, recv, count, dt, op, 1);
-    in_flight(c);
-    return st;
-  }
+  if (s->nnodes == 1) return node_reduce(c, 1, send, recv, count, dt, op, 1);
   flat_args x = {.count = count, .dt = dt, .op = op};
   if (!s->uniform) return staged_red(c, send, bytes * (size_t)c->size, recv, bytes, f_reduce_scatter, &x);
   size_t N = (size_t)s->nnodes, L = (size_t)s->lsize;

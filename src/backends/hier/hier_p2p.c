@@ -71,12 +71,16 @@ static int settle(braid_comm *c, hier_req *h) {
   return 1;
 }
 
-/* Device buffers crossing nodes travel through a host copy of their own. */
+/* Device buffers: a call on a buffer a staged receive is still to fill
+   comes after it, as on the stream; crossing nodes they travel through a
+   host copy of their own. */
 static braid_status staging(braid_comm *c, braid_comm *sub, braid__req *r, hier_req *h) {
   hier_state *s = c->be;
   h->host = h->dst = NULL;
   h->bytes = r->h.count * braid_dtype_size((braid_dtype)r->h.dt);
-  if (!s->dev || sub == s->intra) return BRAID_OK;
+  if (!s->dev) return BRAID_OK;
+  braid_status st = hier_dev_order(c, r->buf, h->bytes);
+  if (st || sub == s->intra) return st;
   h->host = malloc(h->bytes ? h->bytes : 1);
   if (!h->host) return braid__fail(c, BRAID_ERR_NO_MEMORY, "out of memory for a %zu-byte host copy", h->bytes);
   return BRAID_OK;
@@ -108,9 +112,7 @@ braid_status hier_isend(braid_comm *c, braid__req *r) {
   int sp;
   braid_comm *sub = route(s, r->peer, &sp);
   hier_req *h = (hier_req *)r;
-  /* A buffer a staged receive is still to fill is sent after it, as on the stream. */
-  braid_status st = s->dev ? hier_dev_order(c, r->buf, r->h.count * braid_dtype_size((braid_dtype)r->h.dt)) : 0;
-  if (!st) st = staging(c, sub, r, h);
+  braid_status st = staging(c, sub, r, h);
   const void *buf = h->host ? h->host : r->buf;
   if (!st && h->host) st = hier_dev_copy(c, h->host, r->buf, h->bytes, BRAID__COPY_D2H);
   if (!st && h->host) st = hier_dev_drain(c);
@@ -143,8 +145,7 @@ braid_status hier_irecv(braid_comm *c, braid__req *r) {
   int sp;
   braid_comm *sub = route(s, r->peer, &sp);
   hier_req *h = (hier_req *)r;
-  braid_status st = s->dev ? hier_dev_order(c, r->buf, r->h.count * braid_dtype_size((braid_dtype)r->h.dt)) : 0;
-  if (!st) st = staging(c, sub, r, h);
+  braid_status st = staging(c, sub, r, h);
   if (st) return st;
   if (h->host) h->dst = r->buf;
   braid__req *in;

@@ -31,6 +31,9 @@ typedef struct braid__stream_ops {
   braid_status (*comm_stream_wait_event)(braid_comm *c, uint64_t event);
   braid_status (*stream_wait_event)(braid_comm *c, uint64_t stream, uint64_t event);
   braid_status (*sync_comm_stream)(braid_comm *c);
+  /* The host waits, in the wait engine, until the event has completed.
+     Optional: for a backend that composes this one (hier). */
+  braid_status (*event_sync)(braid_comm *c, uint64_t event);
 } braid__stream_ops;
 
 /* Capabilities: what the core must know about a backend instead of testing

@@ -55,6 +55,9 @@
     "host")                                                                                                           \
   X(HIER_INTRA, "BRAID_HIER_INTRA", STRING, "shm", "hier backend: the backend inside a node (shm, tcp, or nccl for device memory)")                         \
   X(HIER_INTER, "BRAID_HIER_INTER", STRING, "tcp", "hier backend: the backend between nodes")                         \
+  X(HIER_PIECE, "BRAID_HIER_PIECE", SIZE, "4M",                                                                       \
+    "hier over nccl: large between-node stages go through host memory in pieces of about this many bytes, the device " \
+    "copies of one piece overlapping the network transfer of another (0: one piece; rank 0's value counts)")                                 \
   X(TRACE_FILE, "BRAID_TRACE_FILE", STRING, NULL,                                                                     \
     "flight recorder: write each communicator's last operations here as JSON lines when it fails (and on SIGUSR1); "  \
     "%h = host, %p = pid, %r = rank; unset: to the log")                                                              \

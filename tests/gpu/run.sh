@@ -13,7 +13,8 @@
 # (default 3) and GPU_PERF_MAX (default 1G) size the comparison. With
 # GPU_BASE_SRC=DIR (another braid checkout, e.g. `git worktree add DIR main`)
 # its braid-perf joins the all-reduce rounds too, to measure a change.
-# GPU_STEPS (default "tests example python perf") picks the parts to run.
+# GPU_STEPS (default "tests example python perf") picks the parts to run;
+# "hier" adds hier over nccl at two simulated nodes.
 set -u
 out=${1:?usage: run.sh OUTDIR [BUILDDIR]}
 b=${2:-/tmp/braid-gpu-build}
@@ -71,6 +72,38 @@ if want python; then
 step "Python: CUDA tensors"
 PYTHONPATH=$src/python BRAID_LIBRARY=$b/libbraid.so PYTHONUNBUFFERED=1 \
   run 180 "$br" -n 1 --backend nccl "$py" -m pytest -q -p no:cacheprovider -rs "$src/tests/python/test_cuda.py"
+
+fi
+if want hier; then
+step "perf: hier over nccl, two simulated nodes of one rank sharing the GPU"
+# Each node part is a one-rank NCCL communicator; between the nodes tcp on
+# loopback. Beside the default (between-node stages in pieces): the same in
+# one piece, and the layout with host memory (shm + tcp), which shows what
+# staging device memory through the host costs.
+for r in $(seq 1 "${GPU_PERF_ROUNDS:-3}"); do
+  for op in allreduce broadcast allgather reduce_scatter; do
+    for cfg in nccl:4M nccl:0 shm:4M; do
+      BRAID_HIER_INTRA=${cfg%:*} BRAID_HIER_PIECE=${cfg#*:} BRAID_CHECK=0 run 120 "$br" -n 2 --backend hier sh -c \
+        'BRAID_NODE_ID=node$BRAID_RANK exec "$0" "$@"' "$b/tools/braid-perf/braid-perf" $op -b 1M -e 256M -f 4 --json \
+        >"$out/perf/hier-${cfg%:*}-${cfg#*:}.$op.$r.json"
+    done
+  done
+done
+"$py" - "$out/perf" <<'PY'
+import collections, glob, json, os, statistics, sys
+t = collections.defaultdict(list)
+for f in glob.glob(os.path.join(sys.argv[1], "hier-*.json")):
+    cfg = os.path.basename(f).split(".")[0][5:]
+    for line in open(f):
+        d = json.loads(line)
+        if d.get("wrong"):
+            print("WRONG RESULTS:", f, line.strip())
+        t[(d["op"], d["size"], d["inplace"], cfg)].append(d["time_us"])
+print("op size inplace | median us: nccl pieces, nccl one piece, shm | one piece / pieces")
+for key in sorted({k[:3] for k in t}):
+    m = [statistics.median(t[key + (c,)]) if t[key + (c,)] else float("nan") for c in ("nccl-4M", "nccl-0", "shm-4M")]
+    print(*key, "|", *("%.0f" % x for x in m), "| %.2f" % (m[1] / m[0]))
+PY
 
 fi
 want perf || { step done; exit 0; }

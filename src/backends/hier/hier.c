@@ -34,8 +34,11 @@ static void state_free(hier_state *s) {
 static braid_status map_nodes(braid_comm *c, hier_state *s) {
   braid__store *st = c->boot->store;
   int n = c->size;
-  char key[64], mine[400];
-  braid__node_key(mine, sizeof mine);
+  char key[64], mine[440];
+  /* The node's key, then this rank's piece size: every rank takes rank
+     0's, as the pieces of a stage are calls all its ranks must make. */
+  braid__node_key(mine, 400);
+  snprintf(mine + strlen(mine), sizeof mine - strlen(mine), "\t%zu", s->piece);
   snprintf(key, sizeof key, "hier/node/%d", c->rank);
   /* One rank needs no store: it is its own node. */
   if (n > 1 && braid__store_set(st, key, mine, strlen(mine)))
@@ -80,6 +83,9 @@ static braid_status map_nodes(braid_comm *c, hier_state *s) {
     if (keys[r]) {
       memcpy(keys[r], v, len);
       keys[r][len] = 0;
+      char *tab = strrchr(keys[r], '\t');
+      if (tab) *tab++ = 0;
+      if (r == 0 && tab) s->piece = (size_t)strtoull(tab, NULL, 10);
     }
     free(v);
     if (!keys[r]) rc = braid__fail(c, BRAID_ERR_NO_MEMORY, "out of memory for rank %d's node", r);
@@ -225,7 +231,13 @@ braid_status hier_init(braid_comm *c) {
     return braid__fail(c, BRAID_ERR_BOOTSTRAP, "backend hier needs the rendezvous store (BRAID_STORE or braidrun)");
   hier_state *s = calloc(1, sizeof *s);
   if (!s) return braid__fail(c, BRAID_ERR_NO_MEMORY, "out of memory for the hier backend");
-  braid_status st = map_nodes(c, s);
+  char err[256];
+  braid_status st = braid__param_size(BRAID_P_HIER_PIECE, 0, (size_t)1 << 40, &s->piece, err, sizeof err);
+  if (st) {
+    free(s);
+    return braid__fail(c, BRAID_ERR_INVALID_ARG, "%s", err);
+  }
+  st = map_nodes(c, s);
   if (!st) st = make_parts(c, s);
   if (!st && (s->intra->ops->caps & BRAID__CAP_DEVICE_MEM)) {
     /* Device buffers: the table that stages them through the host. */

@@ -39,6 +39,9 @@ typedef struct hier_state {
   void *dscratch;   /* device scratch, from the node part's allocator */
   size_t dscratch_len;
   struct later *later; /* host copies to free once the stream is idle */
+  size_t piece;     /* bytes a pipelined between-node stage moves at a time (0: all at once) */
+  uint64_t ev[4];   /* the node part's events marking staged pieces (made on first use) */
+  int nev;
 } hier_state;
 
 /* hier_coll.c */

@@ -181,6 +181,11 @@ void hier_dev_free(braid_comm *c) {
   hier_state *s = c->be;
   braid_comm *p = s->intra;
   if (!p) return;
+  /* CUDA releases an event that work still references once it completes. */
+  pthread_mutex_lock(&p->lock);
+  for (int i = 0; i < s->nev; i++) p->ops->stream->event_destroy(p, s->ev[i]);
+  pthread_mutex_unlock(&p->lock);
+  s->nev = 0;
   if (!atomic_load(&c->failed) && !hier_dev_drain(c)) { /* idle: the drain freed the later copies */
     dscratch_release(c);
     stage_release(c);
@@ -250,7 +255,132 @@ static braid_status host_reduce(braid_comm *c, braid_comm *sub, int scatter, cha
   return BRAID_OK;
 }
 
+/* ---------------------------------------------------------------- pieces */
+
+/* A large between-node stage goes in pieces: the copies of piece k to the
+   host are enqueued up to HIER_AHEAD pieces ahead, each followed by an
+   event; the host waits for piece k's event alone, moves piece k between
+   nodes (host) and enqueues its copies back (up), so the stream copies
+   other pieces while the network carries this one. One piece: the copies
+   down, a wait for the stream, the host stage, the copies up. */
+typedef struct pipe_ops {
+  braid_status (*down)(braid_comm *c, size_t k, void *arg); /* NULL: nothing to copy down */
+  braid_status (*host)(braid_comm *c, size_t k, void *arg);
+  braid_status (*up)(braid_comm *c, size_t k, void *arg); /* NULL: nothing to copy up */
+  void *arg;
+} pipe_ops;
+
+#define HIER_AHEAD ((size_t)(sizeof(((hier_state *)0)->ev) / sizeof(uint64_t)))
+
+/* Pieces of a stage over count elements, row bytes each: every rank of a
+   part computes the same number (each piece is one call of the part). */
+static size_t pieces(braid_comm *c, size_t count, size_t row, size_t *per) {
+  hier_state *s = c->be;
+  const braid__stream_ops *so = s->intra->ops->stream;
+  size_t p = s->piece / row;
+  *per = count;
+  if (!so || !so->event_sync || !p || count / p < 2) return 1;
+  *per = p;
+  return (count + p - 1) / p;
+}
+
+static braid_status pipeline(braid_comm *c, size_t n, const pipe_ops *o) {
+  hier_state *s = c->be;
+  braid_comm *p = s->intra;
+  braid_status st;
+  if (n <= 1) {
+    if (o->down && ((st = o->down(c, 0, o->arg)) || (st = hier_dev_drain(c)))) return st;
+    if ((st = o->host(c, 0, o->arg))) return st;
+    return o->up ? o->up(c, 0, o->arg) : BRAID_OK;
+  }
+  for (; o->down && (size_t)s->nev < HIER_AHEAD; s->nev++) {
+    ON_NODE(c, p, p->ops->stream->event_create(p, &s->ev[s->nev]));
+    if (st) return hier_sub_failed(c, p, st);
+  }
+  size_t ahead = 0;
+  for (size_t k = 0; k < n; k++) {
+    for (; o->down && ahead < n && ahead < k + HIER_AHEAD; ahead++) {
+      if ((st = o->down(c, ahead, o->arg))) return st;
+      ON_NODE(c, p, p->ops->stream->event_record_on_comm_stream(p, s->ev[ahead % HIER_AHEAD]));
+      if (st) return hier_sub_failed(c, p, st);
+    }
+    if (o->down) {
+      ON_NODE(c, p, p->ops->stream->event_sync(p, s->ev[k % HIER_AHEAD]));
+      if (st) return hier_sub_failed(c, p, st);
+    }
+    if ((st = o->host(c, k, o->arg)) || (o->up && (st = o->up(c, k, o->arg)))) return st;
+  }
+  return BRAID_OK;
+}
+
+/* Copies elements [a, b) of the host range h, which stands for the device
+   segment seg0 (n0 elements) followed by seg1, down to h or up from it. */
+static braid_status copy_split(braid_comm *c, int up, char *h, char *seg0, size_t n0, char *seg1, size_t a, size_t b,
+                               size_t es) {
+  braid_status st = BRAID_OK;
+  size_t e0 = b < n0 ? b : n0, a1 = a > n0 ? a : n0;
+  if (a < e0)
+    st = up ? h2d(c, seg0 + a * es, h + a * es, (e0 - a) * es) : d2h(c, h + a * es, seg0 + a * es, (e0 - a) * es);
+  if (!st && a1 < b)
+    st = up ? h2d(c, seg1 + (a1 - n0) * es, h + a1 * es, (b - a1) * es)
+            : d2h(c, h + a1 * es, seg1 + (a1 - n0) * es, (b - a1) * es);
+  return st;
+}
+
 /* ---------------------------------------------------------------- collectives */
+
+/* A range of total elements, staged at h, for the device segments seg0
+   (n0 elements) and seg1, in pieces of per: all-reduced (or broadcast from
+   node root) on sub. */
+typedef struct range_job {
+  char *h, *seg0, *seg1;
+  size_t n0, total, per, es;
+  braid_comm *sub;
+  braid_dtype dt;
+  braid_op op;
+  const void *scalar;
+  int avg, root, down, up;
+} range_job;
+
+static void range_piece(const range_job *j, size_t k, size_t *a, size_t *b) {
+  *a = k * j->per;
+  *b = *a + j->per < j->total ? *a + j->per : j->total;
+}
+static braid_status range_down(braid_comm *c, size_t k, void *arg) {
+  range_job *j = arg;
+  size_t a, b;
+  range_piece(j, k, &a, &b);
+  return copy_split(c, 0, j->h, j->seg0, j->n0, j->seg1, a, b, j->es);
+}
+static braid_status range_up(braid_comm *c, size_t k, void *arg) {
+  range_job *j = arg;
+  size_t a, b;
+  range_piece(j, k, &a, &b);
+  return copy_split(c, 1, j->h, j->seg0, j->n0, j->seg1, a, b, j->es);
+}
+static braid_status range_reduce(braid_comm *c, size_t k, void *arg) {
+  range_job *j = arg;
+  size_t a, b;
+  range_piece(j, k, &a, &b);
+  char *p = j->h + a * j->es;
+  return host_reduce(c, j->sub, 0, p, p, b - a, j->dt, j->op, j->scalar, j->avg);
+}
+static braid_status range_bcast(braid_comm *c, size_t k, void *arg) {
+  range_job *j = arg;
+  size_t a, b;
+  range_piece(j, k, &a, &b);
+  PART(j->sub, braid_broadcast(j->sub, j->h + a * j->es, b - a, j->dt, j->root));
+  return BRAID_OK;
+}
+
+/* Stages the range and runs it in pieces. */
+static braid_status range_run(braid_comm *c, range_job *j, int bcast) {
+  braid_status st;
+  if ((st = stage(c, j->total * j->es, &j->h))) return st;
+  size_t n = pieces(c, j->total, j->es, &j->per);
+  pipe_ops o = {j->down ? range_down : NULL, bcast ? range_bcast : range_reduce, j->up ? range_up : NULL, j};
+  return pipeline(c, n, &o);
+}
 
 /* A node-local reduction on the device: an all-reduce of recv, or with
    scatter a reduce-scatter of send into recv. */
@@ -277,7 +407,7 @@ static braid_status node_reduce(braid_comm *c, int scatter, const void *send, vo
    gives it to its node. */
 static braid_status dev_all_reduce(braid_comm *c, void *vbuf, size_t count, braid_dtype dt, braid_op op) {
   hier_state *s = c->be;
-  char *buf = vbuf, *h;
+  char *buf = vbuf;
   size_t es = braid_dtype_size(dt);
   braid_status st;
   if ((st = begin(c))) return st;
@@ -290,11 +420,9 @@ static braid_status dev_all_reduce(braid_comm *c, void *vbuf, size_t count, brai
     char *mine = buf + (size_t)s->lrank * q * es, *tail = buf + L * q * es;
     if (L > 1 && q && (st = node_reduce(c, 1, buf, mine, q, dt, op, 0))) return st;
     if (r && (st = node_reduce(c, 0, NULL, tail, r, dt, op, 0))) return st;
-    if ((st = stage(c, (q + r) * es, &h)) || (st = d2h(c, h, mine, q * es)) || (st = d2h(c, h + q * es, tail, r * es)) ||
-        (st = hier_dev_drain(c)))
-      return st;
-    if ((st = host_reduce(c, s->rail, 0, h, h, q + r, dt, rop, L > 1 || !pm ? NULL : pm->scalar, avg))) return st;
-    if ((st = h2d(c, mine, h, q * es)) || (st = h2d(c, tail, h + q * es, r * es))) return st;
+    range_job j = {.seg0 = mine, .n0 = q, .seg1 = tail, .total = q + r, .es = es, .sub = s->rail, .dt = dt,
+                   .op = rop, .scalar = L > 1 || !pm ? NULL : pm->scalar, .avg = avg, .down = 1, .up = 1};
+    if ((st = range_run(c, &j, 0))) return st;
     if (L > 1 && q) PART(s->intra, braid_all_gather(s->intra, mine, buf, q, dt));
     in_flight(c);
     return BRAID_OK;
@@ -303,12 +431,9 @@ static braid_status dev_all_reduce(braid_comm *c, void *vbuf, size_t count, brai
   size_t S = (size_t)s->lmin, l = (size_t)s->lrank;
   if (l < S) {
     size_t off = l * (count / S) + (l < count % S ? l : count % S), len = count / S + (l < count % S ? 1 : 0);
-    if (len) {
-      if ((st = stage(c, len * es, &h)) || (st = d2h(c, h, buf + off * es, len * es)) || (st = hier_dev_drain(c)) ||
-          (st = host_reduce(c, s->rail, 0, h, h, len, dt, rop, NULL, avg)) ||
-          (st = h2d(c, buf + off * es, h, len * es)))
-        return st;
-    }
+    range_job j = {.seg0 = buf + off * es, .n0 = len, .total = len, .es = es, .sub = s->rail, .dt = dt, .op = rop,
+                   .avg = avg, .down = 1, .up = 1};
+    if (len && (st = range_run(c, &j, 0))) return st;
   }
   for (l = 0; l < S; l++) {
     size_t off = l * (count / S) + (l < count % S ? l : count % S), len = count / S + (l < count % S ? 1 : 0);
@@ -320,7 +445,7 @@ static braid_status dev_all_reduce(braid_comm *c, void *vbuf, size_t count, brai
 
 static braid_status dev_broadcast(braid_comm *c, void *vbuf, size_t count, braid_dtype dt, int root) {
   hier_state *s = c->be;
-  char *buf = vbuf, *h;
+  char *buf = vbuf;
   braid_status st;
   if ((st = begin(c))) return st;
   if (s->nnodes == 1) {
@@ -336,14 +461,10 @@ static braid_status dev_broadcast(braid_comm *c, void *vbuf, size_t count, braid
        carries the last count % L elements. */
     size_t q = count / L, r = s->lrank == 0 ? count % L : 0;
     char *mine = buf + (size_t)s->lrank * q * es, *tail = buf + L * q * es;
-    if ((st = stage(c, (q + r) * es, &h))) return st;
-    if (home && ((st = d2h(c, h, mine, q * es)) || (st = d2h(c, h + q * es, tail, r * es)) ||
-                 (st = hier_dev_drain(c))))
-      return st;
-    PART(s->rail, braid_broadcast(s->rail, h, q, dt, rnode));
-    if (r) PART(s->rail, braid_broadcast(s->rail, h + q * es, r, dt, rnode));
+    range_job j = {.seg0 = mine, .n0 = q, .seg1 = tail, .total = q + r, .es = es, .sub = s->rail, .dt = dt,
+                   .root = rnode, .down = home, .up = !home};
+    if ((st = range_run(c, &j, 1))) return st;
     if (!home) {
-      if ((st = h2d(c, mine, h, q * es)) || (st = h2d(c, tail, h + q * es, r * es))) return st;
       PART(s->intra, braid_all_gather(s->intra, mine, buf, q, dt));
       if (count % L) PART(s->intra, braid_broadcast(s->intra, tail, count % L, dt, 0));
     }
@@ -352,10 +473,9 @@ static braid_status dev_broadcast(braid_comm *c, void *vbuf, size_t count, braid
   }
   /* Local rank 0 of every node carries it across, then each node spreads it. */
   if (s->lrank == 0) {
-    if ((st = stage(c, count * es, &h))) return st;
-    if (home && ((st = d2h(c, h, buf, count * es)) || (st = hier_dev_drain(c)))) return st;
-    PART(s->rail0, braid_broadcast(s->rail0, h, count, dt, rnode));
-    if (!home && (st = h2d(c, buf, h, count * es))) return st;
+    range_job j = {.seg0 = buf, .n0 = count, .total = count, .es = es, .sub = s->rail0, .dt = dt, .root = rnode,
+                   .down = home, .up = !home};
+    if ((st = range_run(c, &j, 1))) return st;
   }
   if (!home) PART(s->intra, braid_broadcast(s->intra, buf, count, dt, 0));
   in_flight(c);
@@ -455,12 +575,91 @@ static braid_status staged_red(braid_comm *c, const void *send, size_t sb, void 
   return st;
 }
 
+/* A rail stage over the N nodes' blocks of count elements, in pieces of
+   per: piece k is elements [a, b) of every block, staged at h + N * a
+   (node j's part at + j * (b - a)), and of the rank's own block, at
+   one + a on the device and own + a on the host. Device block j is at
+   base + at[j] blocks (at NULL: j blocks). */
+typedef struct block_job {
+  char *h, *own, *one, *base;
+  const int *at;
+  size_t N, count, per, es;
+  braid_comm *sub;
+  braid_dtype dt;
+  braid_op op;
+  const void *scalar;
+  int avg;
+} block_job;
+
+static void block_piece(const block_job *j, size_t k, size_t *a, size_t *len) {
+  *a = k * j->per;
+  *len = *a + j->per < j->count ? j->per : j->count - *a;
+}
+static char *block_at(const block_job *j, size_t i, size_t a) {
+  return j->base + ((j->at ? (size_t)j->at[i] : i) * j->count + a) * j->es;
+}
+/* Copies piece k of every node's block between device and host. */
+static braid_status blocks_copy(braid_comm *c, const block_job *j, size_t k, int up) {
+  size_t a, len;
+  block_piece(j, k, &a, &len);
+  char *h = j->h + j->N * a * j->es;
+  braid_status st = BRAID_OK;
+  if (len == j->count && !j->at) /* the whole blocks, contiguous on both sides */
+    return up ? h2d(c, j->base, h, j->N * len * j->es) : d2h(c, h, j->base, j->N * len * j->es);
+  for (size_t i = 0; i < j->N && !st; i++) {
+    char *d = block_at(j, i, a), *p = h + i * len * j->es;
+    st = up ? h2d(c, d, p, len * j->es) : d2h(c, p, d, len * j->es);
+  }
+  return st;
+}
+
+static braid_status ag_down(braid_comm *c, size_t k, void *arg) {
+  block_job *j = arg;
+  size_t a, len;
+  block_piece(j, k, &a, &len);
+  return d2h(c, j->own + a * j->es, j->one + a * j->es, len * j->es);
+}
+static braid_status ag_host(braid_comm *c, size_t k, void *arg) {
+  block_job *j = arg;
+  size_t a, len;
+  block_piece(j, k, &a, &len);
+  PART(j->sub, braid_all_gather(j->sub, j->own + a * j->es, j->h + j->N * a * j->es, len, j->dt));
+  return BRAID_OK;
+}
+static braid_status ag_up(braid_comm *c, size_t k, void *arg) { return blocks_copy(c, arg, k, 1); }
+
+static braid_status rs_down(braid_comm *c, size_t k, void *arg) { return blocks_copy(c, arg, k, 0); }
+static braid_status rs_host(braid_comm *c, size_t k, void *arg) {
+  block_job *j = arg;
+  size_t a, len;
+  block_piece(j, k, &a, &len);
+  return host_reduce(c, j->sub, 1, j->h + j->N * a * j->es, j->own + a * j->es, len, j->dt, j->op, j->scalar, j->avg);
+}
+static braid_status rs_up(braid_comm *c, size_t k, void *arg) {
+  block_job *j = arg;
+  size_t a, len;
+  block_piece(j, k, &a, &len);
+  return h2d(c, j->one + a * j->es, j->own + a * j->es, len * j->es);
+}
+
+/* Stages the blocks and the rank's own block, and runs the pieces. */
+static braid_status blocks_run(braid_comm *c, block_job *j, int gather) {
+  char *h = NULL;
+  braid_status st = stage(c, j->count * j->es * (j->N + 1), &h);
+  if (st) return st;
+  j->h = h;
+  j->own = h + j->N * j->count * j->es;
+  size_t n = pieces(c, j->count, j->N * j->es, &j->per);
+  pipe_ops o = {gather ? ag_down : rs_down, gather ? ag_host : rs_host, gather ? ag_up : rs_up, j};
+  return pipeline(c, n, &o);
+}
+
 /* Rail l gathers local rank l's blocks of every node on the host; on the
    device the node gathers the rails' results, block (node j, local l) at
    scratch[l * N + j], and each block moves to its rank's place. */
 static braid_status dev_all_gather(braid_comm *c, const void *send, void *vrecv, size_t count, braid_dtype dt) {
   hier_state *s = c->be;
-  char *recv = vrecv, *h, *d;
+  char *recv = vrecv, *d = NULL;
   size_t es = braid_dtype_size(dt), bytes = count * es;
   braid_status st;
   if ((st = begin(c))) return st;
@@ -472,24 +671,19 @@ static braid_status dev_all_gather(braid_comm *c, const void *send, void *vrecv,
   flat_args x = {.count = count, .dt = dt};
   if (!s->uniform) return staged(c, send, bytes, recv, bytes * (size_t)c->size, f_all_gather, &x);
   size_t N = (size_t)s->nnodes, L = (size_t)s->lsize;
-  if ((st = stage(c, bytes * (N + 1), &h)) || (st = d2h(c, h, send, bytes)) || (st = hier_dev_drain(c))) return st;
-  char *hout = h + bytes;
-  PART(s->rail, braid_all_gather(s->rail, h, hout, count, dt));
-  if (L == 1) {
-    for (size_t j = 0; j < N; j++)
-      if ((st = h2d(c, recv + (size_t)s->rank_at[j] * bytes, hout + j * bytes, bytes))) return st;
-    in_flight(c);
-    return BRAID_OK;
+  if (L > 1 && (st = dscratch(c, bytes * N * L, &d))) return st;
+  char *mine = L > 1 ? d + (size_t)s->lrank * N * bytes : NULL;
+  block_job j = {.one = (char *)send, .base = L > 1 ? mine : recv, .at = L > 1 ? NULL : s->rank_at, .N = N,
+                 .count = count, .es = es, .sub = s->rail, .dt = dt};
+  if ((st = blocks_run(c, &j, 1))) return st;
+  if (L > 1) {
+    PART(s->intra, braid_all_gather(s->intra, mine, d, count * N, dt));
+    for (size_t l = 0; l < L; l++)
+      for (size_t i = 0; i < N; i++)
+        if ((st = hier_dev_copy(c, recv + (size_t)s->rank_at[i * L + l] * bytes, d + (l * N + i) * bytes, bytes,
+                                BRAID__COPY_D2D)))
+          return st;
   }
-  if ((st = dscratch(c, bytes * N * L, &d))) return st;
-  char *mine = d + (size_t)s->lrank * N * bytes;
-  if ((st = h2d(c, mine, hout, N * bytes))) return st;
-  PART(s->intra, braid_all_gather(s->intra, mine, d, count * N, dt));
-  for (size_t l = 0; l < L; l++)
-    for (size_t j = 0; j < N; j++)
-      if ((st = hier_dev_copy(c, recv + (size_t)s->rank_at[j * L + l] * bytes, d + (l * N + j) * bytes, bytes,
-                              BRAID__COPY_D2D)))
-        return st;
   in_flight(c);
   return BRAID_OK;
 }
@@ -502,7 +696,7 @@ static braid_status dev_reduce_scatter(braid_comm *c, const void *vsend, void *r
                                        braid_op op) {
   hier_state *s = c->be;
   const char *send = vsend;
-  char *h, *d;
+  char *d, *part = NULL;
   size_t es = braid_dtype_size(dt), bytes = count * es;
   braid_status st;
   if ((st = begin(c))) return st;
@@ -512,26 +706,20 @@ static braid_status dev_reduce_scatter(braid_comm *c, const void *vsend, void *r
   size_t N = (size_t)s->nnodes, L = (size_t)s->lsize;
   const braid__premul *pm = braid__premul_of(c, op);
   int avg = op == BRAID_AVG;
-  braid_op rop = pm || avg ? BRAID_SUM : op;
-  if ((st = stage(c, bytes * (N + 1), &h))) return st;
-  char *hout = h + N * bytes;
-  if (L == 1) {
-    for (size_t j = 0; j < N; j++)
-      if ((st = d2h(c, h + j * bytes, send + (size_t)s->rank_at[j] * bytes, bytes))) return st;
-  } else {
+  if (L > 1) {
     if ((st = dscratch(c, bytes * N * (L + 1), &d))) return st;
-    char *part = d + N * L * bytes;
+    part = d + N * L * bytes;
     for (size_t l = 0; l < L; l++)
-      for (size_t j = 0; j < N; j++)
-        if ((st = hier_dev_copy(c, d + (l * N + j) * bytes, send + (size_t)s->rank_at[j * L + l] * bytes, bytes,
+      for (size_t i = 0; i < N; i++)
+        if ((st = hier_dev_copy(c, d + (l * N + i) * bytes, send + (size_t)s->rank_at[i * L + l] * bytes, bytes,
                                 BRAID__COPY_D2D)))
           return st;
-    if ((st = node_reduce(c, 1, d, part, count * N, dt, op, 0)) || (st = d2h(c, h, part, N * bytes))) return st;
+    if ((st = node_reduce(c, 1, d, part, count * N, dt, op, 0))) return st;
   }
-  if ((st = hier_dev_drain(c)) ||
-      (st = host_reduce(c, s->rail, 1, h, hout, count, dt, rop, L == 1 && pm ? pm->scalar : NULL, avg)))
-    return st;
-  if ((st = h2d(c, recv, hout, bytes))) return st;
+  block_job j = {.one = recv, .base = L > 1 ? part : (char *)send, .at = L > 1 ? NULL : s->rank_at, .N = N,
+                 .count = count, .es = es, .sub = s->rail, .dt = dt, .op = pm || avg ? BRAID_SUM : op,
+                 .scalar = L == 1 && pm ? pm->scalar : NULL, .avg = avg};
+  if ((st = blocks_run(c, &j, 0))) return st;
   in_flight(c);
   return BRAID_OK;
 }

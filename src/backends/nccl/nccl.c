@@ -88,6 +88,8 @@ typedef struct nccl_state {
   int busy;              /* 1 counted in c->npending while collectives are in flight */
   uint64_t coll_last;    /* serial of the unit that ends the last collective */
   int tail_open;         /* collectives enqueued after the last unit's event: the next event covers them */
+  cudaEvent_t awaited;     /* nccl_event_sync's event */
+  cudaError_t awaited_err; /* and what querying it said */
   uint32_t *dchk;        /* device: 2 words per digest slot, then the barrier's word */
   uint32_t *hchk;        /* pinned: 4 words per digest slot (digest out, result in) */
   uint64_t nchk;         /* digests so far: slot nchk % RING is next (each has a unit, so at most RING fly) */
@@ -1179,6 +1181,26 @@ static braid_status nccl_sync_comm_stream(braid_comm *c) {
   return st;
 }
 
+/* The event hier waits for on the host; cudaEventQuery's error, if any. */
+static int awaited_done(braid_comm *c) {
+  nccl_state *s = state(c);
+  cudaError_t e = s->a->cudaEventQuery(s->awaited);
+  if (e == cudaErrorNotReady) return 0;
+  s->awaited_err = e;
+  return 1;
+}
+
+static braid_status nccl_event_sync(braid_comm *c, uint64_t event) {
+  nccl_state *s = state(c);
+  if (!event) return braid__fail(c, BRAID_ERR_INVALID_ARG, "event is 0 (not an event braid_event_create made)");
+  s->awaited = (cudaEvent_t)(uintptr_t)event;
+  s->awaited_err = cudaSuccess;
+  braid_status st = wait_until(c, awaited_done, "a copy on the communication stream");
+  s->awaited = NULL;
+  if (!st && s->awaited_err != cudaSuccess) st = ev_fail(c, "cudaEventQuery", s->awaited_err);
+  return st;
+}
+
 static const braid__stream_ops nccl_stream_ops = {
     .event_create = nccl_event_create,
     .event_destroy = nccl_event_destroy,
@@ -1187,6 +1209,7 @@ static const braid__stream_ops nccl_stream_ops = {
     .comm_stream_wait_event = nccl_comm_stream_wait_event,
     .stream_wait_event = nccl_stream_wait_event,
     .sync_comm_stream = nccl_sync_comm_stream,
+    .event_sync = nccl_event_sync,
 };
 
 /* ------------------------------------------------------------ memory */

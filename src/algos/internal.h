@@ -25,9 +25,11 @@ enum {
   /* Receives posted ahead in a pipeline: the next chunks arrive while the
      current one is reduced or forwarded. */
   BRAID__WINDOW = 4,
-  /* Chain broadcast chunk: smaller than the ring's because the chain has
-     to fill n-1 stages before the last rank gets its first chunk. */
-  BRAID__CHAIN_CHUNK_BYTES = 64 << 10,
+  /* Chain chunk: the ring's size. A smaller one would fill the chain's
+     n-1 stages sooner, but on tcp a chunk under the eager limit arrives
+     unexpected while the sender runs ahead, and that costs far more than
+     the fill (docs/PERFORMANCE.md, tcp). */
+  BRAID__CHAIN_CHUNK_BYTES = 256 << 10,
   /* Sends a chain rank keeps in flight before it waits for the oldest. */
   BRAID__CHAIN_SENDS = 8,
 };

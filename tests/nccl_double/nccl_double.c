@@ -398,9 +398,15 @@ ND_API cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   return cudaSuccess;
 }
 
+/* A test turns this on to make every later event query report a fault,
+   as a kernel's illegal access makes CUDA's errors sticky. */
+static atomic_int g_events_fail;
+ND_API void braid_nccl_double_fail_events(int on) { atomic_store(&g_events_fail, on); }
+
 ND_API cudaError_t cudaEventQuery(cudaEvent_t event) {
   int ready = 1;
   if (!event) return cuda_fail(cudaErrorInvalidValue);
+  if (atomic_load(&g_events_fail)) return cuda_fail(cudaErrorLaunchFailure);
   pthread_mutex_lock(&event->mu);
   if (event->stream) {
     pthread_mutex_lock(&event->stream->mu);

@@ -1186,6 +1186,54 @@ static int test_hier_killed(void) {
   return 0;
 }
 
+/* A CUDA fault while hier waits for a piece's copy (the stream's errors
+   are sticky): the rank fails with the node part's sentence as a backend
+   error, and the other node's rank learns it instead of waiting. */
+static int body_hier_event_fault(braid_comm *unused, int rank, int n, void *arg) {
+  (void)unused, (void)arg;
+  NEED_CUDA();
+  char id[2] = {(char)('a' + rank), 0};
+  setenv("BRAID_NODE_ID", id, 1);
+  setenv("BRAID_BACKEND", "hier", 1);
+  braid_comm *c = NULL;
+  BT_CHECK(braid_init(NULL, &c) == BRAID_OK, "init: %s", braid_last_error(NULL));
+  const size_t cnt = 100003;
+  float *d = dev_alloc(cnt * 4);
+  BT_CHECK(d, "cudaMalloc");
+  /* One call first, waited for: nothing is left on the stream to look at,
+     so the fault shows where hier waits for the first piece. */
+  BT_CHECK_OK(braid_all_reduce(c, d, cnt, BRAID_F32, BRAID_SUM), c);
+  BT_CHECK_OK(braid_sync(c), c);
+  if (rank == 0) {
+    void *lib = dlopen(double_path(), RTLD_NOW | RTLD_NOLOAD);
+    void (*fail_events)(int) = lib ? (void (*)(int))dlsym(lib, "braid_nccl_double_fail_events") : NULL;
+    BT_CHECK(fail_events, "the test double's fault switch: %s", dlerror());
+    fail_events(1);
+  }
+  double t0 = now_s();
+  braid_status st = braid_all_reduce(c, d, cnt, BRAID_F32, BRAID_SUM);
+  if (!st) st = braid_sync(c);
+  const char *msg = braid_last_error(c);
+  if (rank == 0) {
+    BT_CHECK(st == BRAID_ERR_BACKEND, "rank 0: %s: %s", braid_status_string(st), msg);
+    BT_CHECK(strstr(msg, "node-local part") && strstr(msg, "cudaEventQuery failed: unspecified launch failure"),
+             "rank 0's sentence: %s", msg);
+  } else {
+    BT_CHECK(st == BRAID_ERR_PEER_LOST && strstr(msg, "rank 0"), "rank %d: %s: %s", rank, braid_status_string(st),
+             msg);
+  }
+  BT_CHECK(now_s() - t0 < 10, "rank %d took %.1f s to fail", rank, now_s() - t0);
+  (void)n;
+  braid_destroy(c);
+  return 0;
+}
+
+static int test_hier_event_fault(void) {
+  if (!libs_ready() || injects_failures()) return BT_SKIP;
+  static const char *const extra[] = {"BRAID_HIER_INTRA=nccl", "BRAID_HIER_PIECE=1000", "BRAID_TIMEOUT=30", NULL};
+  return run_env(2, 60, extra, body_hier_event_fault, NULL, 1, NULL);
+}
+
 int main(int argc, char **argv) {
   static const bt_case cases[] = {
       BT_CASE(test_missing_pieces),      BT_CASE(test_real_libraries_without_gpu),
@@ -1197,7 +1245,7 @@ int main(int argc, char **argv) {
       BT_CASE(test_stall_run),           BT_CASE(test_killed_rank),
       BT_CASE(test_abort),               BT_CASE(test_no_leaks),
       BT_CASE(test_gpu_shared),          {"test_hier", test_hier, 900},
-      BT_CASE(test_hier_killed),
+      BT_CASE(test_hier_killed),         BT_CASE(test_hier_event_fault),
   };
   return bt_main(argc, argv, cases, BT_COUNT(cases));
 }

@@ -233,9 +233,13 @@ braid_status hier_init(braid_comm *c) {
   if (!s) return braid__fail(c, BRAID_ERR_NO_MEMORY, "out of memory for the hier backend");
   char err[256];
   braid_status st = braid__param_size(BRAID_P_HIER_PIECE, 0, (size_t)1 << 40, &s->piece, err, sizeof err);
-  if (st) {
+  if (st && c->rank == 0) {
     free(s);
     return braid__fail(c, BRAID_ERR_INVALID_ARG, "%s", err);
+  }
+  if (st) { /* only rank 0's value is used */
+    BLOG_WARN(BRAID_SUB_INIT, c->rank, "%s (ignored: rank 0's value counts)", err);
+    st = BRAID_OK;
   }
   st = map_nodes(c, s);
   if (!st) st = make_parts(c, s);

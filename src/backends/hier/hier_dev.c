@@ -284,6 +284,17 @@ static size_t pieces(braid_comm *c, size_t count, size_t row, size_t *per) {
   return (count + p - 1) / p;
 }
 
+/* CUDA refused an event hier needs for a stage the other ranks are in
+   already: hier fails with the node part's sentence. */
+static braid_status event_failed(braid_comm *c, braid_comm *p, braid_status st) {
+  if (atomic_load(&p->failed) || braid__status_is_fatal(st)) return hier_sub_failed(c, p, st);
+  char text[BRAID_ERRLEN];
+  pthread_mutex_lock(&p->err_lock);
+  snprintf(text, sizeof text, "%s", p->last_error);
+  pthread_mutex_unlock(&p->err_lock);
+  return braid__fail_comm(c, BRAID_ERR_BACKEND, "in the node-local part: %s", text);
+}
+
 static braid_status pipeline(braid_comm *c, size_t n, const pipe_ops *o) {
   hier_state *s = c->be;
   braid_comm *p = s->intra;
@@ -295,18 +306,18 @@ static braid_status pipeline(braid_comm *c, size_t n, const pipe_ops *o) {
   }
   for (; o->down && (size_t)s->nev < HIER_AHEAD; s->nev++) {
     ON_NODE(c, p, p->ops->stream->event_create(p, &s->ev[s->nev]));
-    if (st) return hier_sub_failed(c, p, st);
+    if (st) return event_failed(c, p, st);
   }
   size_t ahead = 0;
   for (size_t k = 0; k < n; k++) {
     for (; o->down && ahead < n && ahead < k + HIER_AHEAD; ahead++) {
       if ((st = o->down(c, ahead, o->arg))) return st;
       ON_NODE(c, p, p->ops->stream->event_record_on_comm_stream(p, s->ev[ahead % HIER_AHEAD]));
-      if (st) return hier_sub_failed(c, p, st);
+      if (st) return event_failed(c, p, st);
     }
     if (o->down) {
       ON_NODE(c, p, p->ops->stream->event_sync(p, s->ev[k % HIER_AHEAD]));
-      if (st) return hier_sub_failed(c, p, st);
+      if (st) return event_failed(c, p, st);
     }
     if ((st = o->host(c, k, o->arg)) || (o->up && (st = o->up(c, k, o->arg)))) return st;
   }

@@ -1197,7 +1197,8 @@ static braid_status nccl_event_sync(braid_comm *c, uint64_t event) {
   s->awaited_err = cudaSuccess;
   braid_status st = wait_until(c, awaited_done, "a copy on the communication stream");
   s->awaited = NULL;
-  if (!st && s->awaited_err != cudaSuccess) st = ev_fail(c, "cudaEventQuery", s->awaited_err);
+  /* A query that fails reports the stream's sticky error: the communicator fails. */
+  if (!st && s->awaited_err != cudaSuccess) st = cuda_fail(c, "cudaEventQuery", s->awaited_err);
   return st;
 }
 

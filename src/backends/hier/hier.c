@@ -237,10 +237,8 @@ braid_status hier_init(braid_comm *c) {
     free(s);
     return braid__fail(c, BRAID_ERR_INVALID_ARG, "%s", err);
   }
-  if (st) { /* only rank 0's value is used */
+  if (st) /* only rank 0's value is used */
     BLOG_WARN(BRAID_SUB_INIT, c->rank, "%s (ignored: rank 0's value counts)", err);
-    st = BRAID_OK;
-  }
   st = map_nodes(c, s);
   if (!st) st = make_parts(c, s);
   if (!st && (s->intra->ops->caps & BRAID__CAP_DEVICE_MEM)) {

@@ -27,9 +27,10 @@ braid_status hier_sub_failed(braid_comm *c, braid_comm *sub, braid_status st) {
   if (st == BRAID_ERR_MISMATCH)
     return braid__fail_comm(c, st, "#%llu: the ranks made different calls (found in the %s part: %s)",
                             (unsigned long long)c->seq, part_name(s, sub), text);
-  /* A failed part (its library's error too) or a stage that ran short of
-     memory midway: the ranks are in different places, hier fails. */
-  if (braid__status_is_fatal(st) || atomic_load(&sub->failed) || st == BRAID_ERR_NO_MEMORY)
+  /* A failed part, its library's error (a CUDA fault the part reports
+     without failing), or a stage that ran short of memory midway: the
+     ranks are in different places, hier fails. */
+  if (braid__status_is_fatal(st) || atomic_load(&sub->failed) || st == BRAID_ERR_NO_MEMORY || st == BRAID_ERR_BACKEND)
     return braid__fail_comm(c, st, "in the %s part: %s", part_name(s, sub), text);
   /* Every rank's part refuses the same dtype or op (nccl's reductions). */
   if (st == BRAID_ERR_UNSUPPORTED) return braid__fail(c, st, "the %s part: %s", part_name(s, sub), text);

@@ -284,17 +284,6 @@ static size_t pieces(braid_comm *c, size_t count, size_t row, size_t *per) {
   return (count + p - 1) / p;
 }
 
-/* CUDA refused an event hier needs for a stage the other ranks are in
-   already: hier fails with the node part's sentence. */
-static braid_status event_failed(braid_comm *c, braid_comm *p, braid_status st) {
-  if (atomic_load(&p->failed) || braid__status_is_fatal(st)) return hier_sub_failed(c, p, st);
-  char text[BRAID_ERRLEN];
-  pthread_mutex_lock(&p->err_lock);
-  snprintf(text, sizeof text, "%s", p->last_error);
-  pthread_mutex_unlock(&p->err_lock);
-  return braid__fail_comm(c, BRAID_ERR_BACKEND, "in the node-local part: %s", text);
-}
-
 static braid_status pipeline(braid_comm *c, size_t n, const pipe_ops *o) {
   hier_state *s = c->be;
   braid_comm *p = s->intra;
@@ -306,22 +295,28 @@ static braid_status pipeline(braid_comm *c, size_t n, const pipe_ops *o) {
   }
   for (; o->down && (size_t)s->nev < HIER_AHEAD; s->nev++) {
     ON_NODE(c, p, p->ops->stream->event_create(p, &s->ev[s->nev]));
-    if (st) return event_failed(c, p, st);
+    if (st) return hier_sub_failed(c, p, st);
   }
   size_t ahead = 0;
   for (size_t k = 0; k < n; k++) {
     for (; o->down && ahead < n && ahead < k + HIER_AHEAD; ahead++) {
       if ((st = o->down(c, ahead, o->arg))) return st;
       ON_NODE(c, p, p->ops->stream->event_record_on_comm_stream(p, s->ev[ahead % HIER_AHEAD]));
-      if (st) return event_failed(c, p, st);
+      if (st) return hier_sub_failed(c, p, st);
     }
     if (o->down) {
       ON_NODE(c, p, p->ops->stream->event_sync(p, s->ev[k % HIER_AHEAD]));
-      if (st) return event_failed(c, p, st);
+      if (st) return hier_sub_failed(c, p, st);
     }
     if ((st = o->host(c, k, o->arg)) || (o->up && (st = o->up(c, k, o->arg)))) return st;
   }
   return BRAID_OK;
+}
+
+/* Piece k of total elements in pieces of per: elements [*a, *a + *len). */
+static void piece_at(size_t per, size_t total, size_t k, size_t *a, size_t *len) {
+  *a = k * per;
+  *len = *a + per < total ? per : total - *a;
 }
 
 /* Copies elements [a, b) of the host range h, which stands for the device
@@ -353,34 +348,30 @@ typedef struct range_job {
   int avg, root, down, up;
 } range_job;
 
-static void range_piece(const range_job *j, size_t k, size_t *a, size_t *b) {
-  *a = k * j->per;
-  *b = *a + j->per < j->total ? *a + j->per : j->total;
-}
 static braid_status range_down(braid_comm *c, size_t k, void *arg) {
   range_job *j = arg;
-  size_t a, b;
-  range_piece(j, k, &a, &b);
-  return copy_split(c, 0, j->h, j->seg0, j->n0, j->seg1, a, b, j->es);
+  size_t a, len;
+  piece_at(j->per, j->total, k, &a, &len);
+  return copy_split(c, 0, j->h, j->seg0, j->n0, j->seg1, a, a + len, j->es);
 }
 static braid_status range_up(braid_comm *c, size_t k, void *arg) {
   range_job *j = arg;
-  size_t a, b;
-  range_piece(j, k, &a, &b);
-  return copy_split(c, 1, j->h, j->seg0, j->n0, j->seg1, a, b, j->es);
+  size_t a, len;
+  piece_at(j->per, j->total, k, &a, &len);
+  return copy_split(c, 1, j->h, j->seg0, j->n0, j->seg1, a, a + len, j->es);
 }
 static braid_status range_reduce(braid_comm *c, size_t k, void *arg) {
   range_job *j = arg;
-  size_t a, b;
-  range_piece(j, k, &a, &b);
+  size_t a, len;
+  piece_at(j->per, j->total, k, &a, &len);
   char *p = j->h + a * j->es;
-  return host_reduce(c, j->sub, 0, p, p, b - a, j->dt, j->op, j->scalar, j->avg);
+  return host_reduce(c, j->sub, 0, p, p, len, j->dt, j->op, j->scalar, j->avg);
 }
 static braid_status range_bcast(braid_comm *c, size_t k, void *arg) {
   range_job *j = arg;
-  size_t a, b;
-  range_piece(j, k, &a, &b);
-  PART(j->sub, braid_broadcast(j->sub, j->h + a * j->es, b - a, j->dt, j->root));
+  size_t a, len;
+  piece_at(j->per, j->total, k, &a, &len);
+  PART(j->sub, braid_broadcast(j->sub, j->h + a * j->es, len, j->dt, j->root));
   return BRAID_OK;
 }
 
@@ -602,17 +593,13 @@ typedef struct block_job {
   int avg;
 } block_job;
 
-static void block_piece(const block_job *j, size_t k, size_t *a, size_t *len) {
-  *a = k * j->per;
-  *len = *a + j->per < j->count ? j->per : j->count - *a;
-}
 static char *block_at(const block_job *j, size_t i, size_t a) {
   return j->base + ((j->at ? (size_t)j->at[i] : i) * j->count + a) * j->es;
 }
 /* Copies piece k of every node's block between device and host. */
 static braid_status blocks_copy(braid_comm *c, const block_job *j, size_t k, int up) {
   size_t a, len;
-  block_piece(j, k, &a, &len);
+  piece_at(j->per, j->count, k, &a, &len);
   char *h = j->h + j->N * a * j->es;
   braid_status st = BRAID_OK;
   if (len == j->count && !j->at) /* the whole blocks, contiguous on both sides */
@@ -627,13 +614,13 @@ static braid_status blocks_copy(braid_comm *c, const block_job *j, size_t k, int
 static braid_status ag_down(braid_comm *c, size_t k, void *arg) {
   block_job *j = arg;
   size_t a, len;
-  block_piece(j, k, &a, &len);
+  piece_at(j->per, j->count, k, &a, &len);
   return d2h(c, j->own + a * j->es, j->one + a * j->es, len * j->es);
 }
 static braid_status ag_host(braid_comm *c, size_t k, void *arg) {
   block_job *j = arg;
   size_t a, len;
-  block_piece(j, k, &a, &len);
+  piece_at(j->per, j->count, k, &a, &len);
   PART(j->sub, braid_all_gather(j->sub, j->own + a * j->es, j->h + j->N * a * j->es, len, j->dt));
   return BRAID_OK;
 }
@@ -643,13 +630,13 @@ static braid_status rs_down(braid_comm *c, size_t k, void *arg) { return blocks_
 static braid_status rs_host(braid_comm *c, size_t k, void *arg) {
   block_job *j = arg;
   size_t a, len;
-  block_piece(j, k, &a, &len);
+  piece_at(j->per, j->count, k, &a, &len);
   return host_reduce(c, j->sub, 1, j->h + j->N * a * j->es, j->own + a * j->es, len, j->dt, j->op, j->scalar, j->avg);
 }
 static braid_status rs_up(braid_comm *c, size_t k, void *arg) {
   block_job *j = arg;
   size_t a, len;
-  block_piece(j, k, &a, &len);
+  piece_at(j->per, j->count, k, &a, &len);
   return h2d(c, j->one + a * j->es, j->own + a * j->es, len * j->es);
 }
 

@@ -25,11 +25,22 @@ void bt_report(const char *file, int line, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
+  char full[sizeof msg + 256];
   if (bt_rank >= 0)
-    fprintf(stderr, "[rank %d] %s:%d: %s\n", bt_rank, file, line, msg);
+    snprintf(full, sizeof full, "[rank %d] %s:%d: %s\n", bt_rank, file, line, msg);
   else
-    fprintf(stderr, "%s:%d: %s\n", file, line, msg);
+    snprintf(full, sizeof full, "%s:%d: %s\n", file, line, msg);
+  fputs(full, stderr);
   fflush(stderr);
+  /* bt_main repeats these lines under its summary, where a long log's end
+     shows them. */
+  const char *notes = getenv("BT_NOTES");
+  int fd = notes ? open(notes, O_WRONLY | O_APPEND | O_CLOEXEC) : -1;
+  if (fd >= 0) {
+    ssize_t w = write(fd, full, strlen(full));
+    (void)w;
+    close(fd);
+  }
 }
 
 static double now_s(void) {
@@ -309,20 +320,43 @@ int bt_backends(const char **names, int *max_ranks, int cap) {
   return n;
 }
 
+/* The failed checks' lines of every failed case, printed again at the end. */
+static void note_failure(char *sum, size_t len, const char *name, const char *notes) {
+  size_t at = strlen(sum);
+  if (at + 1 >= len) return;
+  snprintf(sum + at, len - at, "FAILED %s\n", name);
+  int fd = notes ? open(notes, O_RDONLY | O_CLOEXEC) : -1;
+  if (fd < 0) return;
+  char buf[2048];
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  buf[n > 0 ? n : 0] = 0;
+  at = strlen(sum);
+  if (at + 1 < len) snprintf(sum + at, len - at, "%s", buf);
+}
+
 int bt_main(int argc, char **argv, const bt_case *cases, size_t ncases) {
   const char *filter = argc > 1 ? argv[1] : NULL;
   int passed = 0, failed = 0, skipped = 0;
+  char notes[64] = "/tmp/bt_notes_XXXXXX", summary[8192] = "";
+  int nfd = mkstemp(notes);
+  if (nfd >= 0) {
+    close(nfd);
+    setenv("BT_NOTES", notes, 1);
+  }
   for (size_t i = 0; i < ncases; i++) {
     if (filter && !strstr(cases[i].name, filter)) {
       skipped++;
       continue;
     }
+    int noted = nfd >= 0 && truncate(notes, 0) == 0; /* else the lines above still say it */
     double timeout = cases[i].timeout_s > 0 ? cases[i].timeout_s : 120.0;
     double t0 = now_s();
     fflush(NULL);
     pid_t p = fork();
     if (p < 0) {
       perror("fork");
+      if (nfd >= 0) unlink(notes);
       return 99;
     }
     if (p == 0) {
@@ -346,10 +380,16 @@ int bt_main(int argc, char **argv, const bt_case *cases, size_t ncases) {
       else
         describe_status(how, sizeof how, status);
       printf("FAIL %-40s %8.3f s  (%s)\n", cases[i].name, dt, how);
+      note_failure(summary, sizeof summary, cases[i].name, noted ? notes : NULL);
       failed++;
     }
     fflush(stdout);
   }
+  if (nfd >= 0) {
+    unlink(notes);
+    unsetenv("BT_NOTES");
+  }
+  if (failed) printf("---- failed checks\n%s----\n", summary);
   if (skipped)
     printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
   else
@@ -370,9 +410,30 @@ int bt_main(int argc, char **argv, const bt_case *cases, size_t ncases) {
 
 int bt_quick(void) { return BT_SANITIZED || getenv("BRAID_TEST_QUICK") != NULL; }
 
+/* A port below the kernel's ephemeral range: a port that bind(0) handed out
+   could be taken again by any socket that connects or listens on port 0 in
+   a concurrent test before the caller binds it; ports below that range are
+   only ever taken by name. A random start keeps concurrent tests apart. */
 int bt_free_port(void) {
-  int fd = -1, port = -1;
+  int eph_lo = 32768, fd = -1, port = -1;
+  FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+  if (f) {
+    if (fscanf(f, "%d", &eph_lo) != 1) eph_lo = 32768;
+    fclose(f);
+  }
+  int hi = eph_lo - 1, lo = hi - 8000 > 10000 ? hi - 8000 : 10000;
   char err[256];
+  if (hi > lo) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    unsigned start = (unsigned)getpid() * 2654435761u ^ (unsigned)ts.tv_nsec;
+    /* every address: callers may listen on the wildcard */
+    if (braid__listen_range(NULL, lo, hi, (int)(start % (unsigned)(hi - lo + 1)), 1, &fd, &port, err, sizeof err) ==
+        BRAID_OK) {
+      close(fd);
+      return port;
+    }
+  }
   if (braid__listen_range("127.0.0.1", 0, 0, 0, 1, &fd, &port, err, sizeof err) != BRAID_OK) return -1;
   close(fd);
   return port;

@@ -309,7 +309,7 @@ static int test_two_nodes(void) {
   braid__sleep(0.2);
   BT_CHECK(start(&p1, env, a1) == 0, "node 1");
   int f0 = finish(&p0, 30), f1 = finish(&p1, 30);
-  BT_CHECK(f0 == 0 && f1 == 0, "both finished");
+  BT_CHECK(f0 == 0 && f1 == 0, "both finished (node 0 exit %d: %s)", code_of(&p0), p0.err);
   BT_CHECK(code_of(&p0) == 0, "node 0 exit %d: %s", code_of(&p0), p0.err);
   BT_CHECK(code_of(&p1) == 0, "node 1 exit %d: %s", code_of(&p1), p1.err);
   for (int r = 0; r < 2; r++) CHECK_HAS(p0.out, "[%d] rank %d of 4 joined (local %d of 2)", r, r, r);
@@ -326,7 +326,7 @@ static int test_two_nodes(void) {
   braid__sleep(0.2);
   BT_CHECK(start(&p1, env, b1) == 0, "node 1");
   f0 = finish(&p0, 30), f1 = finish(&p1, 30);
-  BT_CHECK(f0 == 0 && f1 == 0, "both finished");
+  BT_CHECK(f0 == 0 && f1 == 0, "both finished (node 0 exit %d: %s)", code_of(&p0), p0.err);
   BT_CHECK(code_of(&p1) == 7 && code_of(&p0) == 7, "exit codes %d and %d\n%s\n%s", code_of(&p0), code_of(&p1),
            p0.err, p1.err);
   CHECK_HAS(p1.err, "braidrun: rank 1 exited with code 7");
@@ -351,7 +351,7 @@ static int test_token_mismatch(void) {
   braid__sleep(0.2);
   BT_CHECK(start(&p1, e1, a1) == 0, "node 1");
   int f1 = finish(&p1, 30), f0 = finish(&p0, 30);
-  BT_CHECK(f0 == 0 && f1 == 0, "both finished");
+  BT_CHECK(f0 == 0 && f1 == 0, "both finished (node 0 exit %d: %s)", code_of(&p0), p0.err);
   BT_CHECK(code_of(&p1) == 1, "node 1 exit %d: %s", code_of(&p1), p1.err);
   CHECK_HAS(p1.err, "braidrun: could not join the job at %s: store at %s refused the job token", master, master);
   BT_CHECK(!strstr(p1.out, "joined"), "node 1 started no rank: %s", p1.out);

@@ -96,9 +96,50 @@ braid__req *braid__match_arrival(braid_comm *c, int src, const braid__msg_hdr *h
   return NULL;
 }
 
+/* The collective order list. Arrivals of later collectives come mostly in
+   order, so their insertion walks back from the tail past the few later
+   still; one of this or an earlier collective walks forward from the head
+   instead, past the few older ones, however far other ranks ran ahead. */
+static void seq_insert(braid_comm *c, braid__umsg *u) {
+  u->in_seq = 0;
+  uint64_t t = u->h.tag;
+  if (!braid__tag_is_internal(t) || braid__tag_comm(t) != braid__tag_comm_fold(c->id)) return;
+  uint64_t mask = braid__tag_mask(BRAID__TAG_SEQ_BITS), s = braid__tag_seq(t);
+  uint64_t ahead = (s - c->seq) & mask;
+  u->cseq = ahead < mask / 2 ? (int64_t)(c->seq + ahead) : (int64_t)c->seq - (int64_t)((c->seq - s) & mask);
+  braid__matcher *m = &c->match;
+  braid__umsg *after = m->stail;
+  if (u->cseq <= (int64_t)c->seq) {
+    braid__umsg *before = m->shead;
+    after = NULL;
+    while (before && before->cseq <= u->cseq) after = before, before = before->snext;
+  } else {
+    while (after && after->cseq > u->cseq) after = after->sprev;
+  }
+  u->sprev = after;
+  u->snext = after ? after->snext : m->shead;
+  if (u->snext) u->snext->sprev = u;
+  else m->stail = u;
+  if (after) after->snext = u;
+  else m->shead = u;
+  u->in_seq = 1;
+}
+
+static void seq_remove(braid_comm *c, braid__umsg *u) {
+  if (!u->in_seq) return;
+  braid__matcher *m = &c->match;
+  if (u->sprev) u->sprev->snext = u->snext;
+  else m->shead = u->snext;
+  if (u->snext) u->snext->sprev = u->sprev;
+  else m->stail = u->sprev;
+  u->snext = u->sprev = NULL;
+  u->in_seq = 0;
+}
+
 void braid__match_unexpected(braid_comm *c, braid__umsg *u) {
   push(&c->match.unexp[bucket_of(u->src, u->h.tag)], (link *)u);
   c->match.nunexp++;
+  seq_insert(c, u);
 }
 
 braid__umsg *braid__match_post(braid_comm *c, braid__req *r, braid_status *st) {
@@ -118,6 +159,7 @@ braid__umsg *braid__match_post(braid_comm *c, braid__req *r, braid_status *st) {
       }
       unlink_from(b, e);
       c->match.nunexp--;
+      seq_remove(c, u);
       return u;
     }
   }
@@ -135,34 +177,27 @@ void braid__match_cancel(braid_comm *c, braid__req *r) {
 }
 
 int braid__match_find_foreign(braid_comm *c, uint64_t seq, const braid__desc *mine, int *src, braid__desc *theirs) {
-  if (!c->match.nunexp) return 0;
-  for (int i = 0; i < BRAID__MATCH_BUCKETS; i++)
-    for (link *e = c->match.unexp[i].head; e; e = e->next) {
-      braid__umsg *u = (braid__umsg *)e;
-      if (!braid__tag_in_coll(u->h.tag, c->id, seq) || braid__desc_equal(&u->h.desc, mine)) continue;
-      *src = u->src;
-      *theirs = u->h.desc;
-      return 1;
+  for (braid__umsg *u = c->match.shead; u; u = u->snext) {
+    if (!braid__tag_in_coll(u->h.tag, c->id, seq)) {
+      if (u->cseq > (int64_t)seq) break; /* later collectives only from here */
+      continue;
     }
+    if (braid__desc_equal(&u->h.desc, mine)) continue;
+    *src = u->src;
+    *theirs = u->h.desc;
+    return 1;
+  }
   return 0;
 }
 
 int braid__match_find_stale(braid_comm *c, uint64_t seq, int inclusive, int *src, braid__msg_hdr *h,
                             uint64_t *tag_seq) {
-  uint64_t mask = braid__tag_mask(BRAID__TAG_SEQ_BITS), fold = braid__tag_comm_fold(c->id);
-  for (int i = 0; i < BRAID__MATCH_BUCKETS; i++)
-    for (link *e = c->match.unexp[i].head; e; e = e->next) {
-      braid__umsg *u = (braid__umsg *)e;
-      uint64_t t = u->h.tag;
-      if (!braid__tag_is_internal(t) || braid__tag_comm(t) != fold) continue;
-      uint64_t behind = (seq - braid__tag_seq(t)) & mask;
-      if (behind >= mask / 2 || (behind == 0 && !inclusive)) continue; /* a later collective's, or this one's */
-      *src = u->src;
-      *h = u->h;
-      *tag_seq = braid__tag_seq(t);
-      return 1;
-    }
-  return 0;
+  const braid__umsg *u = c->match.shead; /* the oldest collective's */
+  if (!u || u->cseq > (int64_t)seq || (u->cseq == (int64_t)seq && !inclusive)) return 0;
+  *src = u->src;
+  *h = u->h;
+  *tag_seq = braid__tag_seq(u->h.tag);
+  return 1;
 }
 
 braid__umsg *braid__match_pop_unexpected(braid_comm *c) {
@@ -171,6 +206,7 @@ braid__umsg *braid__match_pop_unexpected(braid_comm *c) {
     if (!e) continue;
     unlink_from(&c->match.unexp[i], e);
     c->match.nunexp--;
+    seq_remove(c, (braid__umsg *)e);
     return (braid__umsg *)e;
   }
   return NULL;

@@ -19,6 +19,10 @@ typedef struct braid__umsg {
   int src;
   braid__msg_hdr h;
   size_t bytes; /* payload bytes (h.count elements of h.dt) */
+  /* this communicator's internal messages, also in collective order */
+  struct braid__umsg *snext, *sprev;
+  int64_t cseq; /* the collective's sequence number, unwrapped */
+  int in_seq;
 } braid__umsg;
 
 #define BRAID__MATCH_BUCKETS 256
@@ -31,6 +35,11 @@ typedef struct braid__matcher {
   braid__match_bucket posted[BRAID__MATCH_BUCKETS];
   braid__match_bucket unexp[BRAID__MATCH_BUCKETS];
   size_t nposted, nunexp;
+  /* The unexpected internal messages of this communicator sorted by
+     collective: every call asks whether one of an earlier collective is
+     left, and a root running ahead leaves thousands of later ones, so the
+     answer must not need a scan. */
+  braid__umsg *shead, *stail;
 } braid__matcher;
 
 /* An arrival from src. Returns the posted receive it completes, taken off

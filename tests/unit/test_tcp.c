@@ -410,9 +410,15 @@ static int test_p2p_ring(void) {
 
 /* Many messages on one tag, eager and rendezvous mixed, arrive in posting
    order: sent before their receives (unexpected) and after (posted first),
-   both ways at once. */
+   both ways at once; then unexpected again, into buffers kept from the
+   first round (sizes on both sides of their power-of-two classes). */
 #define NMSG 60
-static size_t msg_size(int i) { return i % 3 == 0 ? 40000 + (size_t)i * 1000 : (size_t)(i * 37) % 5000 + 1; }
+static size_t msg_size(int i) {
+  static const size_t edge[] = {4095, 4096, 4097, 8191, 8192, 8193, 16384};
+  if (i % 3 == 0) return 40000 + (size_t)i * 1000;
+  if (i % 3 == 1 && i % 2 == 0) return edge[(size_t)(i / 6) % (sizeof edge / sizeof edge[0])];
+  return (size_t)(i * 37) % 5000 + 1;
+}
 
 static int body_ordered(braid_comm *c, int rank, int n, void *arg) {
   (void)n;
@@ -425,8 +431,8 @@ static int body_ordered(braid_comm *c, int rank, int n, void *arg) {
     BT_CHECK(s[i] && r[i], "oom");
     for (size_t j = 0; j < msg_size(i); j++) s[i][j] = pattern_byte(rank, i, j);
   }
-  for (int phase = 0; phase < 2; phase++) {
-    if (phase == 0) {
+  for (int phase = 0; phase < 3; phase++) {
+    if (phase != 1) {
       /* Senders first: everything is unexpected when the receives come. */
       for (int i = 0; i < NMSG; i++) BT_CHECK_OK(braid_send(c, s[i], msg_size(i), BRAID_U8, peer, 3), c);
       usleep(50000);

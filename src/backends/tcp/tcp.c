@@ -26,6 +26,11 @@ static braid_status read_params(braid_comm *c, tcp_state *s) {
   if (!st) st = braid__param_size(BRAID_P_TCP_BUFFER, 0, (size_t)1 << 30, &s->sockbuf, err, sizeof err);
   if (st) return braid__fail(c, BRAID_ERR_INVALID_ARG, "%s", err);
   s->nsocks = (int)nsocks;
+  /* Unexpected payloads kept for reuse, per communicator: about what one
+     peer can have in flight towards this rank, its send buffers and ours on
+     every socket (the kernel doubles what SO_*BUF ask for). */
+  size_t per_sock = 4 * (s->sockbuf ? s->sockbuf : (size_t)4 << 20);
+  s->ubuf_keep = per_sock > TCP_UBUF_KEEP_MAX / (size_t)nsocks ? TCP_UBUF_KEEP_MAX : per_sock * (size_t)nsocks;
   /* A vanished host is noticed on idle links within about BRAID_TIMEOUT. */
   double t = c->timeout_s > 0 ? c->timeout_s : 300;
   s->ka_idle = t / 2 < 1 ? 1 : t / 2 > 7200 ? 7200 : (int)(t / 2);
@@ -58,6 +63,7 @@ static void state_free(tcp_state *s) {
     s->free_frames = f->next;
     free(f);
   }
+  tcp_ubuf_drain(s);
   tcp_key_release(s);
   free(s->peers);
   free(s);
@@ -130,6 +136,13 @@ static void tcp_destroy(braid_comm *c, double timeout_s) {
   for (tcp_conn *k = s->conns; k; k = k->next) tcp_conn_close(s, k);
   tcp_reap(s);
   tcp_drop_all(c, s);
+  /* Messages that arrived during the progress and goodbyes above, after
+     the core emptied the queue: nobody takes them now. */
+  braid__umsg *u;
+  while ((u = braid__match_pop_unexpected(c))) {
+    tcp_release_umsg(c, u);
+    free(u);
+  }
   state_free(s);
   c->be = NULL;
 }

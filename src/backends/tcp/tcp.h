@@ -54,6 +54,7 @@ typedef struct tcp_umsg {
   int rndv;
   uint64_t msgid; /* rndv: the sender's message to ask for */
   char *data;     /* eager: the payload */
+  size_t cap;     /* data's size class (tcp_ubuf_get), 0: plain malloc */
 } tcp_umsg;
 
 /* A frame queued on a socket: header, then payload (the sender's buffer or
@@ -116,6 +117,10 @@ typedef struct tcp_peer {
 
 typedef struct tcp_keyref tcp_keyref;
 
+#define TCP_UBUF_MIN_SHIFT 12 /* smaller payloads: plain malloc (never trimmed) */
+#define TCP_UBUF_CLASSES 15   /* 4 KiB ... 64 MiB, the eager limit's range */
+#define TCP_UBUF_KEEP_MAX ((size_t)64 << 20)
+
 typedef struct tcp_state {
   int n, me;
   int nsocks;
@@ -132,6 +137,12 @@ typedef struct tcp_state {
   int nunauth;     /* accepted sockets in their handshake */
   int nstream;     /* peers with DATA to queue */
   tcp_frame *free_frames;
+  /* Payload buffers of unexpected messages kept for reuse, one list per
+     power-of-two class (linked through their first bytes). Freeing each one
+     let glibc trim the heap top and fault the pages in again on the next
+     burst (a root running ahead leaves many such messages in flight). */
+  char *ubuf[TCP_UBUF_CLASSES];
+  size_t ubuf_bytes, ubuf_keep; /* kept, and at most that much */
   /* failures */
   braid_status err;           /* the first failure progress found */
   _Atomic uint32_t fail_flag; /* a FAIL frame arrived */
@@ -189,6 +200,10 @@ int tcp_sweep(braid_comm *c, tcp_state *s);
 /* tcp_io.c */
 tcp_frame *tcp_frame_new(tcp_state *s);
 void tcp_frame_free(tcp_state *s, tcp_frame *f);
+/* A payload buffer of at least len bytes; *cap is what tcp_ubuf_put needs. */
+char *tcp_ubuf_get(tcp_state *s, size_t len, size_t *cap);
+void tcp_ubuf_put(tcp_state *s, char *p, size_t cap);
+void tcp_ubuf_drain(tcp_state *s);
 /* Encodes h with the socket's next sequence number into f and queues it. */
 void tcp_enqueue(tcp_conn *k, tcp_frame *f, braid__tcp_hdr *h);
 /* Writes what the socket can take now. */

@@ -216,7 +216,7 @@ void tcp_conn_close(tcp_state *s, tcp_conn *k) {
   k->qtail = NULL;
   k->ndata = 0;
   if (k->ru) {
-    free(k->ru->data);
+    tcp_ubuf_put(s, k->ru->data, k->ru->cap);
     free(k->ru);
     k->ru = NULL;
   }

@@ -41,6 +41,47 @@ void tcp_frame_free(tcp_state *s, tcp_frame *f) {
   s->free_frames = f;
 }
 
+char *tcp_ubuf_get(tcp_state *s, size_t len, size_t *cap) {
+  *cap = 0;
+  if (len < ((size_t)1 << TCP_UBUF_MIN_SHIFT)) return malloc(len ? len : 1);
+  int k = 0;
+  while (k < TCP_UBUF_CLASSES - 1 && ((size_t)1 << (k + TCP_UBUF_MIN_SHIFT)) < len) k++;
+  size_t sz = (size_t)1 << (k + TCP_UBUF_MIN_SHIFT);
+  if (sz < len) return malloc(len); /* above every class */
+  *cap = sz;
+  char *p = s->ubuf[k];
+  if (p) {
+    memcpy(&s->ubuf[k], p, sizeof p);
+    s->ubuf_bytes -= sz;
+    return p;
+  }
+  return malloc(sz);
+}
+
+void tcp_ubuf_put(tcp_state *s, char *p, size_t cap) {
+  if (!p) return;
+  if (!cap || s->ubuf_bytes + cap > s->ubuf_keep) {
+    free(p);
+    return;
+  }
+  int k = 0;
+  while (((size_t)1 << (k + TCP_UBUF_MIN_SHIFT)) < cap) k++;
+  memcpy(p, &s->ubuf[k], sizeof p);
+  s->ubuf[k] = p;
+  s->ubuf_bytes += cap;
+}
+
+void tcp_ubuf_drain(tcp_state *s) {
+  for (int k = 0; k < TCP_UBUF_CLASSES; k++) {
+    while (s->ubuf[k]) {
+      char *p = s->ubuf[k];
+      memcpy(&s->ubuf[k], p, sizeof p);
+      free(p);
+    }
+  }
+  s->ubuf_bytes = 0;
+}
+
 braid__tcp_hdr tcp_hdr(uint64_t comm, int type) {
   braid__tcp_hdr h;
   memset(&h, 0, sizeof h);
@@ -227,10 +268,11 @@ static braid_status self_send(braid_comm *c, tcp_state *s, tcp_req *r) {
     braid__req_complete(c, rr, BRAID_OK);
   } else {
     tcp_umsg *u = calloc(1, sizeof *u);
-    char *data = malloc(r->base.bytes ? r->base.bytes : 1);
+    size_t cap;
+    char *data = tcp_ubuf_get(s, r->base.bytes, &cap);
     if (!u || !data) {
       free(u);
-      free(data);
+      tcp_ubuf_put(s, data, cap);
       return braid__fail(c, BRAID_ERR_NO_MEMORY, "out of memory buffering a %zu-byte message to this rank",
                          r->base.bytes);
     }
@@ -239,6 +281,7 @@ static braid_status self_send(braid_comm *c, tcp_state *s, tcp_req *r) {
     u->base.h = r->base.h;
     u->base.bytes = r->base.bytes;
     u->data = data;
+    u->cap = cap;
     braid__match_unexpected(c, &u->base);
   }
   braid__req_complete(c, &r->base, BRAID_OK);
@@ -435,7 +478,7 @@ braid_status tcp_take(braid_comm *c, braid__req *br, braid__umsg *bu) {
   tcp_req *r = (tcp_req *)br;
   if (!u->rndv) {
     if (br->bytes) memcpy(br->buf, u->data, br->bytes);
-    free(u->data);
+    tcp_ubuf_put(s, u->data, u->cap);
     u->data = NULL;
     braid__req_complete(c, br, BRAID_OK);
     c->moved++;
@@ -447,9 +490,8 @@ braid_status tcp_take(braid_comm *c, braid__req *br, braid__umsg *bu) {
 }
 
 void tcp_release_umsg(braid_comm *c, braid__umsg *bu) {
-  (void)c;
   tcp_umsg *u = (tcp_umsg *)bu;
-  free(u->data);
+  tcp_ubuf_put(c->be, u->data, u->cap);
   u->data = NULL;
 }
 
@@ -656,10 +698,11 @@ static braid_status eager_begin(braid_comm *c, tcp_state *s, tcp_conn *k) {
     return BRAID_OK;
   }
   tcp_umsg *u = calloc(1, sizeof *u);
-  char *data = malloc(k->h.len ? k->h.len : 1);
+  size_t cap;
+  char *data = tcp_ubuf_get(s, k->h.len, &cap);
   if (!u || !data) {
     free(u);
-    free(data);
+    tcp_ubuf_put(s, data, cap);
     return braid__fail_comm(c, BRAID_ERR_NO_MEMORY, "out of memory buffering a %llu-byte message from rank %d",
                             (unsigned long long)k->h.len, braid__label(c, k->peer));
   }
@@ -667,6 +710,7 @@ static braid_status eager_begin(braid_comm *c, tcp_state *s, tcp_conn *k) {
   u->base.h = mh;
   u->base.bytes = k->h.len;
   u->data = data;
+  u->cap = cap;
   k->ru = u;
   k->dest = data;
   return BRAID_OK;
@@ -690,7 +734,7 @@ static braid_status eager_done(braid_comm *c, tcp_state *s, tcp_conn *k) {
       if (u->base.bytes) memcpy(br->buf, u->data, u->base.bytes);
       braid__req_complete(c, br, BRAID_OK);
     }
-    free(u->data);
+    tcp_ubuf_put(s, u->data, u->cap);
     free(u);
     return st;
   }

@@ -3,6 +3,7 @@
 #include "core/match.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "core/comm.h"
 #include "core/tag.h"
@@ -210,6 +211,14 @@ braid__umsg *braid__match_pop_unexpected(braid_comm *c) {
     return (braid__umsg *)e;
   }
   return NULL;
+}
+
+void braid__match_drop_unexpected(braid_comm *c) {
+  braid__umsg *u;
+  while ((u = braid__match_pop_unexpected(c))) {
+    if (c->ops->release_umsg) c->ops->release_umsg(c, u);
+    free(u);
+  }
 }
 
 braid__req *braid__match_pop_posted(braid_comm *c) {

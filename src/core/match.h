@@ -77,6 +77,8 @@ int braid__match_find_stale(struct braid_comm *c, uint64_t seq, int inclusive, i
 
 /* Destroy: takes every queued entry off, oldest first; NULL when empty. */
 braid__umsg *braid__match_pop_unexpected(struct braid_comm *c);
+/* Destroy: every unexpected message off, released by the backend and freed. */
+void braid__match_drop_unexpected(struct braid_comm *c);
 braid__req *braid__match_pop_posted(struct braid_comm *c);
 
 #endif

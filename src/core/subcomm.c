@@ -189,11 +189,7 @@ void braid__comm_release(braid_comm *c, double timeout_s) {
     c->pending_tail = &c->pending;
     braid__req *r;
     while ((r = braid__match_pop_posted(c))) braid__req_drop(c, r);
-    braid__umsg *u;
-    while ((u = braid__match_pop_unexpected(c))) {
-      if (c->ops->release_umsg) c->ops->release_umsg(c, u);
-      free(u);
-    }
+    braid__match_drop_unexpected(c);
     c->ops->destroy(c, timeout_s);
     c->be = NULL;
   }

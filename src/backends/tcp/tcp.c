@@ -138,11 +138,7 @@ static void tcp_destroy(braid_comm *c, double timeout_s) {
   tcp_drop_all(c, s);
   /* Messages that arrived during the progress and goodbyes above, after
      the core emptied the queue: nobody takes them now. */
-  braid__umsg *u;
-  while ((u = braid__match_pop_unexpected(c))) {
-    tcp_release_umsg(c, u);
-    free(u);
-  }
+  braid__match_drop_unexpected(c);
   state_free(s);
   c->be = NULL;
 }

@@ -41,11 +41,17 @@ void tcp_frame_free(tcp_state *s, tcp_frame *f) {
   s->free_frames = f;
 }
 
+/* The smallest class holding len bytes (the last class when none does). */
+static int ubuf_class(size_t len) {
+  int k = 0;
+  while (k < TCP_UBUF_CLASSES - 1 && ((size_t)1 << (k + TCP_UBUF_MIN_SHIFT)) < len) k++;
+  return k;
+}
+
 char *tcp_ubuf_get(tcp_state *s, size_t len, size_t *cap) {
   *cap = 0;
   if (len < ((size_t)1 << TCP_UBUF_MIN_SHIFT)) return malloc(len ? len : 1);
-  int k = 0;
-  while (k < TCP_UBUF_CLASSES - 1 && ((size_t)1 << (k + TCP_UBUF_MIN_SHIFT)) < len) k++;
+  int k = ubuf_class(len);
   size_t sz = (size_t)1 << (k + TCP_UBUF_MIN_SHIFT);
   if (sz < len) return malloc(len); /* above every class */
   *cap = sz;
@@ -64,8 +70,7 @@ void tcp_ubuf_put(tcp_state *s, char *p, size_t cap) {
     free(p);
     return;
   }
-  int k = 0;
-  while (((size_t)1 << (k + TCP_UBUF_MIN_SHIFT)) < cap) k++;
+  int k = ubuf_class(cap);
   memcpy(p, &s->ubuf[k], sizeof p);
   s->ubuf[k] = p;
   s->ubuf_bytes += cap;

@@ -19,6 +19,29 @@
 int bt_rank = -1;
 static int manual_init; /* bt_run_ranks_manual: bodies call braid_init themselves */
 
+/* Every rank this process forked: /dev/shm names are counted only for
+   them, so a test that kills ranks beside this one is not taken for a leak
+   here. */
+static pid_t *forked;
+static size_t nforked, capforked;
+
+static void note_forked(pid_t p) {
+  if (nforked == capforked) {
+    size_t cap = capforked ? 2 * capforked : 256;
+    pid_t *np = realloc(forked, cap * sizeof *np);
+    if (!np) return; /* uncounted: a leak of this rank would go unseen, never a false alarm */
+    forked = np;
+    capforked = cap;
+  }
+  forked[nforked++] = p;
+}
+
+static int was_forked(pid_t p) {
+  for (size_t i = 0; i < nforked; i++)
+    if (forked[i] == p) return 1;
+  return 0;
+}
+
 void bt_report(const char *file, int line, const char *fmt, ...) {
   char msg[1024];
   va_list ap;
@@ -244,11 +267,15 @@ int bt_run_ranks_ex(const bt_run_opts *o, bt_body body, void *arg, bt_rank_resul
       free(pids);
       free(status);
       free(timed_out);
+      free(forked);
+      forked = NULL;
+      nforked = capforked = 0;
       int rc = rank_main(o, r, body, arg, sp);
       fflush(NULL);
       _exit(rc);
     }
     pids[r] = p;
+    note_forked(p);
   }
   reap_all(pids, n, now_s() + timeout, status, timed_out);
   if (sp) bt_store_stop(sp);
@@ -448,7 +475,7 @@ int bt_dead_shm_names(int count_self) {
     unsigned uid;
     int pid;
     if (sscanf(e->d_name, "braid-%u-%d-", &uid, &pid) != 2 || pid <= 0) continue;
-    if ((count_self && pid == (int)getpid()) || (kill(pid, 0) != 0 && errno == ESRCH)) n++;
+    if ((count_self && pid == (int)getpid()) || (was_forked(pid) && kill(pid, 0) != 0 && errno == ESRCH)) n++;
   }
   closedir(d);
   return n;

@@ -135,8 +135,9 @@ int bt_quick(void);
 /* A free loopback port: bound, read back, released (-1 if none). */
 int bt_free_port(void);
 
-/* /dev/shm names braid-<uid>-<pid>-* whose creator has exited, or (with
-   count_self) that this process created: between runs, only leaks. */
+/* /dev/shm names braid-<uid>-<pid>-* whose creator, a rank this process
+   forked, has exited, or (with count_self) that this process created:
+   between runs, only leaks. Other tests' ranks are not counted. */
 int bt_dead_shm_names(int count_self);
 
 /* Deterministic pseudo-random generator for test inputs. */

@@ -163,6 +163,7 @@ void braid__comm_free(braid_comm *c) {
     free(r);
   }
   for (int i = 0; i < BRAID__NSCRATCH; i++) free(c->scratch[i]);
+  braid__match_free(c);
   free(c->label_of);
   free(c->world_of);
   free(c->scope);

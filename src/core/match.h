@@ -22,7 +22,7 @@ typedef struct braid__umsg {
   /* this communicator's internal messages, also in collective order */
   struct braid__umsg *snext, *sprev;
   int64_t cseq; /* the collective's sequence number, unwrapped */
-  int in_seq;
+  int lane;     /* its lane + 1 in that order; 0: not there */
 } braid__umsg;
 
 #define BRAID__MATCH_BUCKETS 256
@@ -31,15 +31,37 @@ typedef struct braid__match_bucket {
   void *head, *tail;
 } braid__match_bucket;
 
+/* Buckets hashed by (source, tag). The table grows with the queue: ranks
+   that run ahead leave one message per collective, each under its own key,
+   and a bucket shared by thousands would make every receive walk them. */
+typedef struct braid__match_table {
+  braid__match_bucket *b; /* NULL: inl */
+  unsigned bits;          /* log2 of the bucket count; 0: inl's */
+  unsigned cursor;        /* where the destroy's pops go on */
+  braid__match_bucket inl[BRAID__MATCH_BUCKETS];
+} braid__match_table;
+
+/* One source's unexpected internal messages, sorted by collective. */
+typedef struct braid__match_lane {
+  braid__umsg *head, *tail;
+  int next, prev; /* the other non-empty lanes (index + 1; 0: none) */
+} braid__match_lane;
+
 typedef struct braid__matcher {
-  braid__match_bucket posted[BRAID__MATCH_BUCKETS];
-  braid__match_bucket unexp[BRAID__MATCH_BUCKETS];
+  braid__match_table posted, unexp;
   size_t nposted, nunexp;
-  /* The unexpected internal messages of this communicator sorted by
-     collective: every call asks whether one of an earlier collective is
-     left, and a root running ahead leaves thousands of later ones, so the
-     answer must not need a scan. */
-  braid__umsg *shead, *stail;
+  /* The unexpected internal messages of this communicator in collective
+     order, a lane per source: every call asks whether one of an earlier
+     collective is left, and ranks running ahead leave thousands of later
+     ones, so neither the answer nor an arrival may need a walk past them.
+     Each source sends its collectives in order, so its arrivals go at the
+     end of its lane; one lane for all would make every arrival walk past
+     the other sources' run-ahead. lanes is grown to the sources seen; until
+     then (or if it cannot grow) sources share lane0 or lanes[src % n]. */
+  braid__match_lane lane0;
+  braid__match_lane *lanes;
+  int nlanes;
+  int active; /* first non-empty lane + 1; 0: none */
 } braid__matcher;
 
 /* An arrival from src. Returns the posted receive it completes, taken off
@@ -79,6 +101,10 @@ int braid__match_find_stale(struct braid_comm *c, uint64_t seq, int inclusive, i
 braid__umsg *braid__match_pop_unexpected(struct braid_comm *c);
 /* Destroy: every unexpected message off, released by the backend and freed. */
 void braid__match_drop_unexpected(struct braid_comm *c);
+/* Frees the matcher's own memory (the queues must be empty). */
+void braid__match_free(struct braid_comm *c);
 braid__req *braid__match_pop_posted(struct braid_comm *c);
+/* Whether a receive from src is posted. */
+int braid__match_posted_from(struct braid_comm *c, int src);
 
 #endif

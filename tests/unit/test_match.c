@@ -59,7 +59,7 @@ static int free_all(braid_comm *c) {
     free(u);
     n++;
   }
-  BT_CHECK(c->match.shead == NULL && c->match.stail == NULL, "the collective list outlived its messages");
+  BT_CHECK(c->match.active == 0, "the collective order outlived its messages");
   braid__comm_free(c);
   return n;
 }
@@ -155,7 +155,7 @@ static int test_against_scan(void) {
     if (what < 5 && nlive < N) {
       /* mostly the next few collectives, sometimes one just past */
       uint64_t s = what == 0 ? seq - 1 - (x >> 8) % 3 : seq + (x >> 8) % 40;
-      braid__umsg *u = arrive(c, 9, s, (int)((x >> 20) % 4), 0);
+      braid__umsg *u = arrive(c, 9, s, (int)((x >> 20) % 11), 0);
       BT_CHECK(u, "oom");
       live[nlive] = u;
       full[nlive++] = s;
@@ -196,12 +196,103 @@ static int test_against_scan(void) {
   return 0;
 }
 
+/* Ranks that run ahead leave thousands of messages, each under its own key:
+   the tables grow, and a key's messages stay in arrival order across the
+   growth, for unexpected messages and posted receives alike. */
+static braid__umsg *user_msg(braid_comm *c, int src, uint32_t tag, size_t order) {
+  braid__umsg *u = calloc(1, sizeof *u);
+  if (!u) return NULL;
+  u->src = src;
+  u->h.tag = braid__tag_user(tag);
+  u->h.count = 4;
+  u->h.dt = BRAID_F32;
+  u->bytes = order; /* what tells same-key messages apart here */
+  braid__match_unexpected(c, u);
+  return u;
+}
+
+static int test_growth(void) {
+  enum { N = 6000, NSRC = 5 };
+  braid_comm *c = comm_new(5, 0);
+  BT_CHECK(c, "oom");
+  braid__umsg **all = calloc(N, sizeof *all);
+  BT_CHECK(all, "oom");
+  /* sources far apart: source s is s * 1000 collectives ahead; between
+     them, before and after each growth, messages under one user key */
+  size_t nsame = 0;
+  for (int i = 0; i < N; i++) {
+    int src = i % NSRC;
+    if (i % 500 == 0) BT_CHECK(user_msg(c, 1, 7, ++nsame), "oom");
+    BT_CHECK((all[i] = arrive(c, 5, (uint64_t)(src * 1000 + i / NSRC), src, 0)), "oom");
+  }
+  BT_CHECK(c->match.unexp.b && c->match.unexp.bits > 8, "the unexpected table did not grow (%zu queued)",
+           c->match.nunexp);
+  braid__umsg want = {0};
+  want.src = 1;
+  want.h.tag = braid__tag_user(7);
+  want.h.count = 4;
+  want.h.dt = BRAID_F32;
+  for (size_t k = 1; k <= nsame; k++) {
+    braid__umsg *u = take(c, &want);
+    BT_CHECK(u && u->bytes == k, "same-key message %zu came out as %zu", k, u ? u->bytes : 0);
+    free(u);
+  }
+  int src;
+  braid__msg_hdr h;
+  uint64_t at;
+  BT_CHECK(braid__match_find_stale(c, 1, 0, &src, &h, &at) && at == 0 && src == 0,
+           "the oldest collective's message not found first (src %d at %llu)", src, (unsigned long long)at);
+  /* every message under its own key, in an order unlike the arrivals' */
+  for (int k = 0; k < N; k++) {
+    int i = (int)(((uint64_t)k * 7919) % N);
+    braid__umsg *u = take(c, all[i]);
+    BT_CHECK(u == all[i], "message %d not found under its key after the growth", i);
+    free(u);
+  }
+  free(all);
+  BT_CHECK(c->match.nunexp == 0 && c->match.active == 0, "entries left: %zu", c->match.nunexp);
+
+  /* posted receives: the same, matched by arrivals */
+  enum { NR = 3000 };
+  braid__req *r = calloc(NR + 2, sizeof *r);
+  BT_CHECK(r, "oom");
+  braid_status st;
+  for (int i = 0; i < NR + 2; i++) {
+    r[i].peer = i < NR ? i % 3 : 2;
+    r[i].h.tag = braid__tag_user(i < NR ? (uint32_t)i : 5);
+    r[i].h.count = 4;
+    r[i].h.dt = BRAID_F32;
+    BT_CHECK(braid__match_post(c, &r[i], &st) == NULL && !st && r[i].queued, "receive %d not queued", i);
+  }
+  BT_CHECK(c->match.posted.b && c->match.posted.bits > 8, "the posted table did not grow");
+  BT_CHECK(braid__match_posted_from(c, 2) && !braid__match_posted_from(c, 3), "posted_from is wrong");
+  /* three receives share source 2's tag 5: they complete in posting order */
+  braid__req *const same[3] = {&r[5], &r[NR], &r[NR + 1]};
+  for (int k = 0; k < 3; k++) {
+    braid__msg_hdr m = r[5].h;
+    braid__req *got = braid__match_arrival(c, 2, &m, &st);
+    BT_CHECK(!st && got == same[k], "arrival %d of source 2's tag 5 matched receive %td", k, got ? got - r : -1);
+  }
+  for (int k = 0; k < NR; k++) {
+    int i = (int)(((uint64_t)k * 2039) % NR);
+    if (i == 5) continue;
+    braid__msg_hdr m = r[i].h;
+    braid__req *got = braid__match_arrival(c, r[i].peer, &m, &st);
+    BT_CHECK(!st && got == &r[i], "arrival %d matched receive %td", i, got ? got - r : -1);
+  }
+  BT_CHECK(c->match.nposted == 0 && braid__match_pop_posted(c) == NULL, "receives left: %zu", c->match.nposted);
+  free(r);
+  braid__comm_free(c);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   static const bt_case cases[] = {
       BT_CASE(test_stale_and_later),
       BT_CASE(test_foreign),
       BT_CASE(test_wrap),
       BT_CASE(test_against_scan),
+      BT_CASE(test_growth),
   };
   return bt_main(argc, argv, cases, BT_COUNT(cases));
 }

@@ -646,11 +646,7 @@ int tcp_peer_gone(const tcp_state *s, int q) {
 int tcp_pending_with(braid_comm *c, tcp_state *s, int q) {
   tcp_peer *p = &s->peers[q];
   if (p->sends || p->recvs) return 1;
-  if (!c->match.nposted) return 0;
-  for (int i = 0; i < BRAID__MATCH_BUCKETS; i++)
-    for (braid__req *r = c->match.posted[i].head; r; r = r->next)
-      if (r->peer == q) return 1;
-  return 0;
+  return braid__match_posted_from(c, q);
 }
 
 int tcp_sweep(braid_comm *c, tcp_state *s) {

@@ -93,7 +93,7 @@ static const rule TABLE[] = {
     {BRAID__COLL_REDUCE, BRAID__ALGO_CHAIN, 0, 0, 0, 0, 0, "chunks combined along a chain to the root", 0},
     {BRAID__COLL_GATHER, BRAID__ALGO_TREE, 0, 0, 8, 16 * KIB, 0, "binomial: ceil(log2 n) rounds instead of n-1 messages", 0},
     {BRAID__COLL_GATHER, BRAID__ALGO_LINEAR, 0, 0, 0, 0, 0, "every block straight to the root, moved once", 0},
-    {BRAID__COLL_SCATTER, BRAID__ALGO_TREE, 0, 0, 8, 16 * KIB, 0, "binomial: ceil(log2 n) rounds instead of n-1 messages", 0},
+    {BRAID__COLL_SCATTER, BRAID__ALGO_TREE, 0, 0, 4, 16 * KIB, 0, "binomial: the root sends ceil(log2 n) messages instead of n-1", 0},
     {BRAID__COLL_SCATTER, BRAID__ALGO_LINEAR, 0, 0, 0, 0, 0, "every block straight from the root, moved once", 0},
     {BRAID__COLL_ALL_TO_ALL, BRAID__ALGO_BRUCK, 0, 0, 8, 0, 256, "ceil(log2 n) rounds of packed blocks", 0},
     {BRAID__COLL_ALL_TO_ALL, BRAID__ALGO_PAIRWISE, 0, 0, 0, 0, 0, "n-1 exchanges, each block moved once", 0},

@@ -1893,6 +1893,9 @@ static int sim_select(void) {
   CHECK(braid__algo_select(BRAID__COLL_REDUCE, 1024, 4) == BRAID__ALGO_TREE, "small reduce: tree");
   CHECK(braid__algo_select(BRAID__COLL_GATHER, 1 << 20, 4) == BRAID__ALGO_LINEAR, "large gather: linear");
   CHECK(braid__algo_select(BRAID__COLL_SCATTER, 1 << 20, 4) == BRAID__ALGO_LINEAR, "large scatter: linear");
+  CHECK(braid__algo_select(BRAID__COLL_SCATTER, 4096, 4) == BRAID__ALGO_TREE, "small scatter, 4 ranks: tree");
+  CHECK(braid__algo_select(BRAID__COLL_SCATTER, 4096, 3) == BRAID__ALGO_LINEAR, "small scatter, 3 ranks: linear");
+  CHECK(braid__algo_select(BRAID__COLL_GATHER, 4096, 4) == BRAID__ALGO_LINEAR, "small gather, 4 ranks: linear");
   CHECK(braid__algo_select(BRAID__COLL_ALL_TO_ALL, 1 << 20, 16) == BRAID__ALGO_PAIRWISE, "large all-to-all: pairwise");
   CHECK(braid__algo_select(BRAID__COLL_ALL_TO_ALL, 16, 16) == BRAID__ALGO_BRUCK, "small blocks, many ranks: bruck");
   CHECK(braid__algo_select(BRAID__COLL_ALL_TO_ALLV, 0, 7) == BRAID__ALGO_PAIRWISE, "all-to-allv: pairwise");

@@ -80,6 +80,7 @@ static const rule TABLE[] = {
     {BRAID__COLL_BROADCAST, BRAID__ALGO_CHAIN, 0, 1, 0, 0, 0, "chunks flow down the chain while later ones follow", 0},
     {BRAID__COLL_BROADCAST, BRAID__ALGO_KNOMIAL, 0, 0, 8, 16 * KIB, 0, "ceil(log4 n) rounds of up to 3 overlapping sends", 0},
     {BRAID__COLL_BROADCAST, BRAID__ALGO_TREE, 0, 0, 0, 0, 0, "binomial: ceil(log2 n) rounds of whole messages", 0},
+    {BRAID__COLL_ALL_GATHER, BRAID__ALGO_RD, 0, 0, 0, 0, 0, "one exchange of whole blocks: nothing to pipeline", 2},
     {BRAID__COLL_ALL_GATHER, BRAID__ALGO_RD, 1, 0, 0, 64 * KIB, 0, "log2 n rounds received in place", 0},
     {BRAID__COLL_ALL_GATHER, BRAID__ALGO_BRUCK, 0, 0, 0, 64 * KIB, 0, "ceil(log2 n) rounds through a rotated copy", 0},
     {BRAID__COLL_ALL_GATHER, BRAID__ALGO_RING, 0, 0, 0, 0, 0, "n-1 pipelined steps, bandwidth-optimal", 0},

@@ -1887,6 +1887,8 @@ static int sim_select(void) {
   CHECK(braid__algo_select(BRAID__COLL_ALL_GATHER, 64, 6) == BRAID__ALGO_BRUCK, "small all-gather: bruck");
   CHECK(braid__algo_select(BRAID__COLL_ALL_GATHER, 64, 8) == BRAID__ALGO_RD, "small all-gather, 2^k: rd");
   CHECK(braid__algo_select(BRAID__COLL_ALL_GATHER, 1 << 20, 6) == BRAID__ALGO_RING, "large all-gather: ring");
+  CHECK(braid__algo_select(BRAID__COLL_ALL_GATHER, 64 << 20, 2) == BRAID__ALGO_RD, "large all-gather, 2 ranks: rd");
+  CHECK(braid__algo_select(BRAID__COLL_ALL_GATHER, 64 << 20, 4) == BRAID__ALGO_RING, "large all-gather, 4 ranks: ring");
   CHECK(braid__algo_select(BRAID__COLL_REDUCE_SCATTER, 1024, 8) == BRAID__ALGO_RHD, "small reduce-scatter: rhd");
   CHECK(braid__algo_select(BRAID__COLL_REDUCE_SCATTER, 1 << 20, 8) == BRAID__ALGO_RING, "large reduce-scatter");
   CHECK(braid__algo_select(BRAID__COLL_BARRIER, 0, 5) == BRAID__ALGO_DISSEM, "barrier");

@@ -88,7 +88,7 @@ static const rule TABLE[] = {
     {BRAID__COLL_REDUCE_SCATTER, BRAID__ALGO_RHD, 0, 0, 0, 0, 8 * KIB, "folding costs a whole-vector transfer more", 0},
     {BRAID__COLL_REDUCE_SCATTER, BRAID__ALGO_RING, 0, 0, 0, 0, 0, "n-1 pipelined steps, bandwidth-optimal", 0},
     {BRAID__COLL_BARRIER, BRAID__ALGO_DISSEM, 0, 0, 0, 0, 0, "ceil(log2 n) rounds of empty messages", 0},
-    {BRAID__COLL_REDUCE, BRAID__ALGO_TREE, 0, 0, 0, 16 * KIB, 0, "binomial: ceil(log2 n) rounds of whole vectors", 0},
+    {BRAID__COLL_REDUCE, BRAID__ALGO_TREE, 0, 0, 0, 256 * KIB, 0, "binomial: ceil(log2 n) rounds of whole vectors", 0},
     {BRAID__COLL_REDUCE, BRAID__ALGO_TREE, 0, 0, 0, 0, 0, "one whole-vector message: nothing to pipeline", 2},
     {BRAID__COLL_REDUCE, BRAID__ALGO_RING, 0, 0, 3, 0, 0, "ring reduce-scatter, then the blocks to the root", 0},
     {BRAID__COLL_REDUCE, BRAID__ALGO_CHAIN, 0, 0, 0, 0, 0, "chunks combined along a chain to the root", 0},

@@ -1893,6 +1893,8 @@ static int sim_select(void) {
   CHECK(braid__algo_select(BRAID__COLL_REDUCE_SCATTER, 1 << 20, 8) == BRAID__ALGO_RING, "large reduce-scatter");
   CHECK(braid__algo_select(BRAID__COLL_BARRIER, 0, 5) == BRAID__ALGO_DISSEM, "barrier");
   CHECK(braid__algo_select(BRAID__COLL_REDUCE, 1024, 4) == BRAID__ALGO_TREE, "small reduce: tree");
+  CHECK(braid__algo_select(BRAID__COLL_REDUCE, 256 << 10, 8) == BRAID__ALGO_TREE, "256 KiB reduce: tree");
+  CHECK(braid__algo_select(BRAID__COLL_REDUCE, (256 << 10) + 4, 8) == BRAID__ALGO_RING, "above 256 KiB: ring");
   CHECK(braid__algo_select(BRAID__COLL_GATHER, 1 << 20, 4) == BRAID__ALGO_LINEAR, "large gather: linear");
   CHECK(braid__algo_select(BRAID__COLL_SCATTER, 1 << 20, 4) == BRAID__ALGO_LINEAR, "large scatter: linear");
   CHECK(braid__algo_select(BRAID__COLL_SCATTER, 4096, 4) == BRAID__ALGO_TREE, "small scatter, 4 ranks: tree");

@@ -39,18 +39,21 @@ static braid_status red_tree(braid_comm *c, const braid__red *R, const void *sen
   if (!tmp) return BRAID_ERR_NO_MEMORY;
   braid__req *q[2] = {0};
   braid_status st = BRAID_OK;
+  /* A root out of place takes its first child's vector straight into recv
+     and combines send into it there: one pass over memory fewer. */
+  const int direct = acc == recv && send != recv;
   /* Children in the order they finish (smallest subtree first); the next
      one's receive is posted before the current one is combined. */
   for (int i = 0; i <= nk; i++) {
     if (i < nk) {
       int kid = kids[nk - 1 - i], raw = braid__binomial_subtree(kid, n) == 1;
-      if ((st = braid__algo_recv(c, tmp + (size_t)(i % 2) * abytes, count, raw ? R->dt : R->adt,
-                                 braid__abs_rank(kid, root, n), 0, &q[i % 2])))
+      if ((st = braid__algo_recv(c, i == 0 && direct ? acc : tmp + (size_t)(i % 2) * abytes, count,
+                                 raw ? R->dt : R->adt, braid__abs_rank(kid, root, n), 0, &q[i % 2])))
         goto fail;
     }
     if (i == 0) continue;
     int k = i - 1, raw = braid__binomial_subtree(kids[nk - 1 - k], n) == 1;
-    const char *msg = tmp + (size_t)(k % 2) * abytes;
+    const char *msg = k == 0 && direct ? acc : tmp + (size_t)(k % 2) * abytes;
     if ((st = braid__waitall(c, &q[k % 2], 1))) goto fail;
     if (k > 0) {
       absorb(R, acc, msg, raw, count);

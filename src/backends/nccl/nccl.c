@@ -573,6 +573,12 @@ static braid_status nccl_check_peers(braid_comm *c, int peer, const char *what) 
     if (q != c->rank) {
       if (!s->pids[q]) s->pids[q] = braid__boot_world_pid(c->boot, world_rank(c, q));
       if (s->pids[q] > 0 && kill((pid_t)s->pids[q], 0) != 0 && errno == ESRCH) {
+        /* A rank that saw a death first, published it and then ended
+           normally is gone too: its sentence names the rank that died. */
+        if (braid__poll_remote_failure(c, 1)) {
+          end_comm(s);
+          return (braid_status)atomic_load(&c->failed);
+        }
         braid_status st = braid__fail(c, BRAID_ERR_PEER_LOST, "rank %d (pid %ld) died", braid__label(c, q),
                                       s->pids[q]);
         end_comm(s);

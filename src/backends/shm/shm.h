@@ -101,6 +101,9 @@ typedef struct shm_ctl {
   int32_t probe_fd;        /* this process's braid-memory probe (see braid__mem_probe_fd) */
   uint64_t probe_addr;
   shm_zref zref;           /* this rank's braid-memory buffer of the current operation */
+  /* Ring call b + 1 at [b % SHM_BRING] when this rank wrote entry b as its
+     root; read only by readers of calls with three ranks or more. */
+  _Alignas(SHM_CL) _Atomic uint64_t ring_root[SHM_BRING];
 } shm_ctl;
 
 /* Records carry their own sequence stamp, so a receiver polls the next slot

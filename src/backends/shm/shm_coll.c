@@ -56,7 +56,6 @@ braid_status shm_wait_all(braid_comm *c, shm_state *s, uint64_t v, const char *w
 /* Slot and ring-entry words carry a counter in the high half and the
    call's digest in the low half; a root's claim on a ring entry sets the
    top bit until its data is in. */
-#define WORD_CLAIM (1ull << 63)
 static inline uint64_t word_of(uint64_t k, uint32_t hash) { return (k & 0x7fffffffu) << 32 | hash; }
 static inline int word_is(uint64_t w, uint64_t k) { return (w >> 32) == (k & 0x7fffffffu); }
 
@@ -497,7 +496,15 @@ static void ring_done(braid_comm *c, shm_state *s, uint64_t b) {
 }
 
 /* One to all: the root copies total bytes from src into the entry; every
-   other rank copies len bytes from offset at of it into dst. */
+   other rank copies len bytes from offset at of it into dst.
+   Ranks that disagree on the root may write the same entry at once. A
+   root marks the entry as its own (its ring_root) before writing it, and
+   its word carries its digest; a reader checks the word and then, after
+   copying, that no rank other than its root marked the entry: bytes of a
+   second root in its copy mean that root's mark was visible first. A root
+   reads nothing (a locked claim of the entry cost each call a wait for
+   the last call's stores to reach the other cores); a second root learns
+   of the disagreement at its next call that compares digests. */
 static braid_status ring_from_root(braid_comm *c, shm_state *s, const void *src, size_t total, void *dst, size_t at,
                                    size_t len, int root, const char *call) {
   uint64_t b = s->bseq++;
@@ -505,13 +512,9 @@ static braid_status ring_from_root(braid_comm *c, shm_state *s, const void *src,
   if (s->me == root) {
     braid_status st = ring_reuse(c, s, b, "its copy of an earlier small broadcast or scatter");
     if (st) return st;
-    /* The root claims the entry: a second root of the same call (ranks
-       that disagree on the root) finds it taken. */
-    for (uint64_t w = atomic_load_explicit(slot_seq(e), memory_order_relaxed); c->check;) {
-      if (word_is(w & ~WORD_CLAIM, b + 1)) return mismatch(c, s, -1);
-      if (atomic_compare_exchange_weak_explicit(slot_seq(e), &w, WORD_CLAIM | word_of(b + 1, 0), memory_order_acquire,
-                                                memory_order_relaxed))
-        break;
+    if (c->check) {
+      atomic_store_explicit(&shm_ctl_of(s, s->me)->ring_root[b % SHM_BRING], b + 1, memory_order_relaxed);
+      atomic_thread_fence(memory_order_release); /* the mark before the bytes */
     }
     memcpy(slot_data(e, total), src, total);
     atomic_store_explicit(slot_seq(e), word_of(b + 1, s->chash), memory_order_release);
@@ -520,6 +523,13 @@ static braid_status ring_from_root(braid_comm *c, shm_state *s, const void *src,
     SHM_WAIT_UNTIL(word_is(w = atomic_load_explicit(slot_seq(e), memory_order_acquire), b + 1), root, call);
     if ((uint32_t)w != s->chash && c->check) return mismatch(c, s, root);
     memcpy(dst, slot_data(e, total) + at, len);
+    if (c->check && s->n > 2) {
+      atomic_thread_fence(memory_order_acquire); /* the bytes before the marks */
+      for (int q = 0; q < s->n; q++)
+        if (q != root && q != s->me &&
+            atomic_load_explicit(&shm_ctl_of(s, q)->ring_root[b % SHM_BRING], memory_order_relaxed) == b + 1)
+          return mismatch(c, s, q);
+    }
   }
   ring_done(c, s, b);
   return BRAID_OK;

@@ -68,6 +68,18 @@ static void maybe_grow(braid__match_table *t, size_t n, size_t (*key_src)(const 
   t->cursor = 0;
 }
 
+/* An emptied table that grew goes back to the inline buckets, so a burst
+   does not keep its memory (and its misses) for the communicator's life.
+   The inline buckets were not used meanwhile: their links are stale. */
+static void shrink_if_empty(braid__match_table *t, size_t n) {
+  if (n || !t->b) return;
+  free(t->b);
+  t->b = NULL;
+  t->bits = 0;
+  t->cursor = 0;
+  memset(t->inl, 0, sizeof t->inl);
+}
+
 static size_t umsg_key(const link *e, uint64_t *tag) {
   const braid__umsg *u = (const braid__umsg *)e;
   *tag = u->h.tag;
@@ -154,8 +166,10 @@ braid__req *braid__match_arrival(braid_comm *c, int src, const braid__msg_hdr *h
     unlink_from(b, (link *)r);
     r->queued = 0;
     c->match.nposted--;
+    shrink_if_empty(&c->match.posted, c->match.nposted);
     return r;
   }
+  shrink_if_empty(&c->match.posted, c->match.nposted); /* receives failed above */
   return NULL;
 }
 
@@ -258,6 +272,7 @@ braid__umsg *braid__match_post(braid_comm *c, braid__req *r, braid_status *st) {
       unlink_from(b, e);
       c->match.nunexp--;
       seq_remove(c, u);
+      shrink_if_empty(&c->match.unexp, c->match.nunexp);
       return u;
     }
   }
@@ -273,6 +288,7 @@ void braid__match_cancel(braid_comm *c, braid__req *r) {
   unlink_from(bucket_of(&c->match.posted, r->peer, r->h.tag), (link *)r);
   r->queued = 0;
   c->match.nposted--;
+  shrink_if_empty(&c->match.posted, c->match.nposted);
 }
 
 int braid__match_find_foreign(braid_comm *c, uint64_t seq, const braid__desc *mine, int *src, braid__desc *theirs) {

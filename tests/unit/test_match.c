@@ -251,6 +251,15 @@ static int test_growth(void) {
   }
   free(all);
   BT_CHECK(c->match.nunexp == 0 && c->match.active == 0, "entries left: %zu", c->match.nunexp);
+  BT_CHECK(c->match.unexp.b == NULL, "the emptied unexpected table kept its grown buckets");
+  /* back on the inline buckets, usable again: the key of the first message
+     (queued there before the growth) too */
+  for (size_t k = 101; k <= 103; k++) BT_CHECK(user_msg(c, 1, 7, k), "oom");
+  for (size_t k = 101; k <= 103; k++) {
+    braid__umsg *u = take(c, &want);
+    BT_CHECK(u && u->bytes == k, "after the shrink, message %zu came out as %zu", k, u ? u->bytes : 0);
+    free(u);
+  }
 
   /* posted receives: the same, matched by arrivals */
   enum { NR = 3000 };
@@ -281,6 +290,7 @@ static int test_growth(void) {
     BT_CHECK(!st && got == &r[i], "arrival %d matched receive %td", i, got ? got - r : -1);
   }
   BT_CHECK(c->match.nposted == 0 && braid__match_pop_posted(c) == NULL, "receives left: %zu", c->match.nposted);
+  BT_CHECK(c->match.posted.b == NULL, "the emptied posted table kept its grown buckets");
   free(r);
   braid__comm_free(c);
   return 0;

@@ -13,9 +13,7 @@ typedef struct link {
   struct link *next, *prev;
 } link;
 
-#define INL_BITS 8 /* log2 BRAID__MATCH_BUCKETS */
-
-static unsigned bits_of(const braid__match_table *t) { return t->b ? t->bits : INL_BITS; }
+static unsigned bits_of(const braid__match_table *t) { return t->b ? t->bits : BRAID__MATCH_INL_BITS; }
 
 static braid__match_bucket *buckets(braid__match_table *t) { return t->b ? t->b : t->inl; }
 
@@ -62,7 +60,7 @@ static void maybe_grow(braid__match_table *t, size_t n, size_t (*key_src)(const 
       push(&nb[hash_of(src, tag) >> (64 - (bits + 2))], e);
       e = next;
     }
-  if (t->b) free(t->b);
+  free(t->b);
   t->b = nb;
   t->bits = bits + 2;
   t->cursor = 0;
@@ -186,7 +184,7 @@ static int lane_of(braid__matcher *m, int src) {
   braid__match_lane *l = calloc((size_t)cap, sizeof *l);
   if (!l) return src % n;
   memcpy(l, lane_at(m, 0), (size_t)n * sizeof *l);
-  if (m->lanes) free(m->lanes);
+  free(m->lanes);
   m->lanes = l;
   m->nlanes = cap;
   return src;

@@ -25,7 +25,7 @@ typedef struct braid__umsg {
   int lane;     /* its lane + 1 in that order; 0: not there */
 } braid__umsg;
 
-#define BRAID__MATCH_BUCKETS 256
+#define BRAID__MATCH_INL_BITS 8 /* the inline buckets: 1 << this */
 
 typedef struct braid__match_bucket {
   void *head, *tail;
@@ -38,7 +38,7 @@ typedef struct braid__match_table {
   braid__match_bucket *b; /* NULL: inl */
   unsigned bits;          /* log2 of the bucket count; 0: inl's */
   unsigned cursor;        /* where the destroy's pops go on */
-  braid__match_bucket inl[BRAID__MATCH_BUCKETS];
+  braid__match_bucket inl[1u << BRAID__MATCH_INL_BITS];
 } braid__match_table;
 
 /* One source's unexpected internal messages, sorted by collective. */
@@ -97,7 +97,7 @@ int braid__match_find_foreign(struct braid_comm *c, uint64_t seq, const braid__d
 int braid__match_find_stale(struct braid_comm *c, uint64_t seq, int inclusive, int *src, braid__msg_hdr *h,
                             uint64_t *tag_seq);
 
-/* Destroy: takes every queued entry off, oldest first; NULL when empty. */
+/* Destroy: takes every queued entry off, one at a time; NULL when empty. */
 braid__umsg *braid__match_pop_unexpected(struct braid_comm *c);
 /* Destroy: every unexpected message off, released by the backend and freed. */
 void braid__match_drop_unexpected(struct braid_comm *c);

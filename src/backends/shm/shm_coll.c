@@ -54,8 +54,7 @@ braid_status shm_wait_all(braid_comm *c, shm_state *s, uint64_t v, const char *w
 /* ---------------------------------------------------------------- the call check */
 
 /* Slot and ring-entry words carry a counter in the high half and the
-   call's digest in the low half; a root's claim on a ring entry sets the
-   top bit until its data is in. */
+   call's digest in the low half. */
 static inline uint64_t word_of(uint64_t k, uint32_t hash) { return (k & 0x7fffffffu) << 32 | hash; }
 static inline int word_is(uint64_t w, uint64_t k) { return (w >> 32) == (k & 0x7fffffffu); }
 

@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "bootstrap/bootstrap.h"
 #include "core/trace.h"
@@ -130,7 +131,21 @@ braid_status braid__comm_sub(braid_comm *parent, const braid__backend *ops, cons
   if (!st) st = (ops == parent->ops && ops->split) ? ops->split(parent, child, members, n) : ops->init(child);
   if (!st) st = braid__comm_start(child);
   if (st) {
-    if (!atomic_load(&parent->failed) && child->last_error[0]) {
+    if (!atomic_load(&parent->failed) && braid__status_is_fatal(st)) {
+      /* The parent fails with it (the other ranks went on with their
+         children): the child's cause, not just the status, is what every
+         rank is told. */
+      char why[BRAID_ERRLEN];
+      snprintf(why, sizeof why, "%s", atomic_load(&child->failed) ? child->fatal_text : child->last_error);
+      /* last_error ends in the child's " (rank R)"; the parent adds its own. */
+      char *tail = NULL;
+      for (char *p = strstr(why, " (rank "); p; p = strstr(p + 1, " (rank ")) tail = p;
+      if (tail && !atomic_load(&child->failed)) *tail = 0;
+      const char *t = why;
+      size_t k = parent->call ? strlen(parent->call) : 0;
+      if (k && !strncmp(t, parent->call, k) && t[k] == ':' && t[k + 1] == ' ') t += k + 2;
+      braid__fail(parent, st, "the new communicator could not start: %s", t[0] ? t : braid_status_string(st));
+    } else if (!atomic_load(&parent->failed) && child->last_error[0]) {
       /* The child's sentence already names the call and this rank. */
       pthread_mutex_lock(&parent->err_lock);
       snprintf(parent->last_error, sizeof parent->last_error, "%s", child->last_error);

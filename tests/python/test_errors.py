@@ -250,16 +250,20 @@ def test_gil_released_across_ranks(comm):
             count[0] += 1
             time.sleep(0.001)
 
-    t = threading.Thread(target=counter)
+    # A daemon thread stopped in `finally`: a failing barrier must not leave
+    # it counting and keep the interpreter from exiting.
+    t = threading.Thread(target=counter, daemon=True)
     t.start()
-    time.sleep(0.05)
-    if comm.rank == 0:
-        time.sleep(1.0)
-    before = count[0]
-    comm.barrier()
-    during = count[0] - before
-    stop.set()
-    t.join()
+    try:
+        time.sleep(0.05)
+        if comm.rank == 0:
+            time.sleep(1.0)
+        before = count[0]
+        comm.barrier()
+        during = count[0] - before
+    finally:
+        stop.set()
+        t.join()
     if comm.rank != 0:
         # with the GIL held through the barrier the thread could not count at all
         assert during >= 20, "the counting thread advanced %d times during a 1 s barrier" % during

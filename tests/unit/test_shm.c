@@ -346,6 +346,39 @@ static int test_split(void) {
   return 0;
 }
 
+/* A child that one rank aborts the moment its split returns: the split
+   completed on every rank, so it succeeds everywhere, however late a rank
+   sees the last arrival, and the abort reaches the others in their first
+   call. */
+static int body_split_abort(braid_comm *c, int rank, int n, void *arg) {
+  int iters = *(const int *)arg;
+  for (int it = 0; it < iters; it++) {
+    braid_comm *child = NULL;
+    int first = it % n; /* the rank that aborts */
+    BT_CHECK_OK(braid_split(c, 0, (uint32_t)((rank - first + n) % n), &child), c);
+    braid_status st;
+    if (rank == first) {
+      BT_CHECK_OK(braid_abort(child), child);
+      st = braid_barrier(child);
+      BT_CHECK(st == BRAID_ERR_ABORTED, "iteration %d: the aborting rank's barrier gave %s", it,
+               braid_status_string(st));
+    } else {
+      st = braid_barrier(child);
+      BT_CHECK(st == BRAID_ERR_PEER_LOST, "iteration %d: barrier after rank 0's abort gave %s: %s", it,
+               braid_status_string(st), braid_last_error(child));
+      BT_CHECK_MSG(child, "rank 0 aborted the communicator");
+    }
+    braid_destroy(child);
+    BT_CHECK_OK(braid_barrier(c), c);
+  }
+  return 0;
+}
+
+static int test_split_abort(void) {
+  int iters = bt_quick() ? 60 : 150;
+  return run(3, body_split_abort, &iters) || run(2, body_split_abort, &iters);
+}
+
 /* ---------------------------------------------------------------- drift */
 
 /* Small broadcasts do not wait for the whole group, so ranks drift apart by
@@ -938,6 +971,7 @@ static const bt_case cases[] = {
     {"coll_small", test_coll_small, 400},  {"coll_large", test_coll_large, 400},
     {"coll_large_nocma", test_coll_large_nocma, 400}, {"rooted_paths", test_rooted_paths, 400},
     {"sixteen_ranks", test_sixteen_ranks, 120}, {"split", test_split, 120},
+    {"split_abort", test_split_abort, 120},
     {"p2p_ring", test_p2p_ring, 200},     {"p2p_alltoall", test_p2p_alltoall, 120},
     {"p2p_ordered", test_p2p_ordered, 120}, {"p2p_mismatch", test_p2p_mismatch, 120},
     {"p2p_stamps", test_p2p_stamps, 200},

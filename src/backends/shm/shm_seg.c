@@ -302,6 +302,17 @@ static braid_status alloc_tmp(braid_comm *c, shm_state *s) {
 
 /* Every rank has mapped: the name goes at once so nothing can leak. Then all
    wait for each other (pids become known) under the deadline. */
+/* A communicator exists once every rank posted its arrival. A rank that
+   went on may fail or abort it before this one sees the last post: that
+   failure stays recorded (the first call reports it) but does not undo a
+   start that completed on every rank. */
+static braid_status wait_arrivals(braid_comm *c, shm_state *s, const char *what) {
+  braid_status st = shm_wait_all(c, s, s->ph, what);
+  for (int q = 0; st && q < s->n; q++)
+    if (atomic_load_explicit(&shm_ctl_of(s, q)->flag, memory_order_acquire) < s->ph) return st;
+  return BRAID_OK;
+}
+
 static braid_status attach_and_meet(braid_comm *c, shm_state *s, const char *name, double deadline) {
   shm_ctl *me = shm_ctl_of(s, s->me);
   me->pid = (int32_t)getpid();
@@ -440,7 +451,7 @@ static braid_status shm_init(braid_comm *c) {
   atomic_store(&mine->zc_ok, zok ? 1u : 2u);
   atomic_store(&mine->membar, prm.membar && shm_membarrier_register() ? 1u : 2u);
   shm_post(s);
-  st = shm_wait_all(c, s, s->ph, "its arrival in braid_init");
+  st = wait_arrivals(c, s, "its arrival in braid_init");
   if (st) {
     c->be = NULL;
     state_free(s);
@@ -481,7 +492,7 @@ static braid_status shm_split(braid_comm *parent, braid_comm *child, const int *
   child->be = s;
   set_waiting(child, s);
   shm_post(s);
-  st = shm_wait_all(child, s, s->ph, "its arrival in braid_split");
+  st = wait_arrivals(child, s, "its arrival in braid_split");
   if (st) {
     child->be = NULL;
     state_free(s);

@@ -57,7 +57,9 @@ void braid__trace_free(braid_comm *c) {
 void braid__trace_begin(braid_comm *c, int kind, uint64_t count, int dt, int32_t arg, int peer) {
   braid__trace *t = c->trace;
   if (!t) return;
-  braid__trace_ent *e = &t->ent[t->next++ % t->depth];
+  braid__trace_ent *e = &t->ent[t->pos];
+  if (++t->pos == t->depth) t->pos = 0;
+  t->next++;
   e->seq = kind < BRAID__COLL_NKINDS ? c->seq : 0;
   e->count = count;
   e->t0 = e->t1 = 0;

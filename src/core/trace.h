@@ -37,6 +37,7 @@ typedef struct braid__trace_ent {
 
 typedef struct braid__trace {
   uint32_t depth;
+  uint32_t pos;  /* next % depth, kept so the per-call path does not divide */
   uint64_t next; /* entries written so far */
   braid__trace_ent ent[];
 } braid__trace;

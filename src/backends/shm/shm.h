@@ -29,6 +29,7 @@
 #define SHM_ROTATE_REGION ((size_t)2 << 20) /* ... through this much of their region */
 #define SHM_NT_MIN ((size_t)16 << 20)          /* transfers from this size copy out with streaming stores */
 #define SHM_BRING 64u                          /* entries of the small-broadcast ring */
+#define SHM_PREFETCH_MAX 1024u                 /* bytes of the next ring entry fetched ahead */
 #define SHM_MIN_STAGING ((size_t)64 << 10)     /* per rank: what a full /dev/shm may shrink staging to */
 #define SHM_DLOG 128u                          /* collectives remembered per rank for the call check */
 #define SHM_FAIL_TEXT 448
@@ -166,6 +167,7 @@ typedef struct shm_state {
   pid_t *pids;
   int *pidfds;         /* -1 where pidfd_open is unavailable */
   uint64_t ph;         /* my phase flag value */
+  int ring_last_root;  /* root of the last one-to-all ring call (-1: none yet) */
   uint64_t cseq;       /* flat exchanges run (slot parity) */
   uint64_t bseq;       /* ring calls run (small broadcasts, scatters, gathers, reduces: the ring entry) */
   /* Buffers for unexpected eager payloads, kept: a malloc/free of a few KiB
@@ -210,6 +212,27 @@ static inline shm_ring *shm_ring_of(shm_state *s, int src, int dst) {
 static inline void shm_wake_fence(const shm_state *s) {
   if (s->light_wake) atomic_signal_fence(memory_order_seq_cst);
   else atomic_thread_fence(memory_order_seq_cst);
+}
+
+/* Asks for p's line in a state ready for writing. x86's PREFETCHW is a hint
+   (a no-op where unsupported) that compilers emit only when told the target
+   has it. */
+static inline void shm_prefetch_write(const void *p) {
+#if defined(__x86_64__) || defined(__i386__)
+  __asm__ volatile("prefetchw %0" : : "m"(*(const char *)p));
+#else
+  __builtin_prefetch(p, 1, 3);
+#endif
+}
+
+/* The lines of [p, p + len), at most SHM_PREFETCH_MAX bytes, for writing
+   or for reading. */
+static inline void shm_prefetch_lines(const char *p, size_t len, int write) {
+  if (len > SHM_PREFETCH_MAX) len = SHM_PREFETCH_MAX;
+  for (size_t off = 0; off < len; off += SHM_CL) {
+    if (write) shm_prefetch_write(p + off);
+    else __builtin_prefetch(p + off, 0, 3);
+  }
 }
 
 /* Copies len bytes of a transfer of total bytes out of shared memory; large

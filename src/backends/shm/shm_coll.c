@@ -203,7 +203,14 @@ static braid_status flat_exchange(braid_comm *c, shm_state *s, const void *src, 
   uint64_t k;
   char *mine = flat_slot(s, parity, &k);
   if (bytes) memcpy(slot_data(mine, bytes), src, bytes);
-  return flat_finish(c, s, k, *parity, what);
+  braid_status st = flat_finish(c, s, k, *parity, what);
+  if (st) return st;
+  /* Every rank has posted this exchange, so none reads this rank's slot of
+     the other parity any more: it is taken for writing now, as many lines
+     as this exchange used, so that the next exchange's post does not wait
+     behind the other cores' copies being invalidated. */
+  shm_prefetch_lines(slot_of(s, s->me, *parity ^ 1), (size_t)(slot_data(mine, bytes) - mine) + bytes, 1);
+  return BRAID_OK;
 }
 
 /* Before a call that compares no digests of its own (a generic algorithm,
@@ -494,6 +501,14 @@ static void ring_done(braid_comm *c, shm_state *s, uint64_t b) {
   shm_wake_peers(s);
 }
 
+/* Whether ring call's root is the last ring call's too (a guess that the
+   next one's is as well). */
+static int ring_same_root(shm_state *s, int root) {
+  int same = root == s->ring_last_root;
+  s->ring_last_root = root;
+  return same;
+}
+
 /* One to all: the root copies total bytes from src into the entry; every
    other rank copies len bytes from offset at of it into dst.
    Ranks that disagree on the root may write the same entry at once. A
@@ -531,6 +546,18 @@ static braid_status ring_from_root(braid_comm *c, shm_state *s, const void *src,
     }
   }
   ring_done(c, s, b);
+  /* When the last two calls had one root, the next likely has it too: its
+     entry's lines start on their way while the rest of this call and the
+     next call's checks run, as many as this call used. The root takes them
+     for writing, so its stores do not wait for the other cores' copies to
+     be invalidated; a reader fetches what a root running ahead may have
+     written. (With roots taking turns this would take lines from the next
+     root, so nothing is fetched then.) */
+  if (!ring_same_root(s, root)) return BRAID_OK;
+  char *next = bring_of(s, s->bseq), *data = slot_data(next, total);
+  shm_prefetch_lines(next, SHM_CL, s->me == root);
+  if (s->me == root) shm_prefetch_lines(data, total, 1);
+  else shm_prefetch_lines(data + at, len, 0);
   return BRAID_OK;
 }
 
@@ -549,6 +576,9 @@ static braid_status ring_to_root(braid_comm *c, shm_state *s, const void *src, s
   uint64_t b = *bp = s->bseq++;
   char *e = bring_of(s, b);
   size_t stride = ring_stride(bytes);
+  /* Nothing is fetched ahead here: a root waiting on its section would
+     lose the line to it, and measured slower. */
+  s->ring_last_root = root;
   if (s->me != root) {
     braid_status st = ring_reuse(c, s, b, "the root's read of an earlier small gather or reduce");
     if (st) return st;

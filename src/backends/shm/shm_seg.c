@@ -264,6 +264,7 @@ static shm_state *state_new(int n, int me) {
   s->zmaps = calloc((size_t)n * SHM_ZMAP_CAP, sizeof *s->zmaps);
   s->zepoch = calloc((size_t)n, sizeof *s->zepoch);
   s->sends_tail = &s->sends;
+  s->ring_last_root = -1;
   for (int q = 0; q < n && s->pidfds; q++) s->pidfds[q] = -1;
   if (!s->pids || !s->pidfds || !s->ctrl_q || !s->cur || !s->zmaps || !s->zepoch) {
     state_free(s);

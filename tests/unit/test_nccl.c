@@ -1204,7 +1204,12 @@ static int body_hier_event_fault(braid_comm *unused, int rank, int n, void *arg)
      so the fault shows where hier waits for the first piece. */
   BT_CHECK_OK(braid_all_reduce(c, d, cnt, BRAID_F32, BRAID_SUM), c);
   BT_CHECK_OK(braid_sync(c), c);
+  /* Rank 0's fault must come after every rank's sync returned: a rank
+     still waiting in it would rightly learn of the failure there. */
+  BT_CHECK_OK(braid_barrier(c), c);
   if (rank == 0) {
+    struct timespec pause = {0, 100 * 1000 * 1000}; /* the others leave the barrier's last wait */
+    nanosleep(&pause, NULL);
     void *lib = dlopen(double_path(), RTLD_NOW | RTLD_NOLOAD);
     void (*fail_events)(int) = lib ? (void (*)(int))dlsym(lib, "braid_nccl_double_fail_events") : NULL;
     BT_CHECK(fail_events, "the test double's fault switch: %s", dlerror());

@@ -135,13 +135,7 @@ braid_status braid__comm_sub(braid_comm *parent, const braid__backend *ops, cons
       /* The parent fails with it (the other ranks went on with their
          children): the child's cause, not just the status, is what every
          rank is told. */
-      char why[BRAID_ERRLEN];
-      snprintf(why, sizeof why, "%s", atomic_load(&child->failed) ? child->fatal_text : child->last_error);
-      /* last_error ends in the child's " (rank R)"; the parent adds its own. */
-      char *tail = NULL;
-      for (char *p = strstr(why, " (rank "); p; p = strstr(p + 1, " (rank ")) tail = p;
-      if (tail && !atomic_load(&child->failed)) *tail = 0;
-      const char *t = why;
+      const char *t = atomic_load(&child->failed) ? child->fatal_text : "";
       size_t k = parent->call ? strlen(parent->call) : 0;
       if (k && !strncmp(t, parent->call, k) && t[k] == ':' && t[k + 1] == ' ') t += k + 2;
       braid__fail(parent, st, "the new communicator could not start: %s", t[0] ? t : braid_status_string(st));

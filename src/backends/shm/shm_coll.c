@@ -501,7 +501,7 @@ static void ring_done(braid_comm *c, shm_state *s, uint64_t b) {
   shm_wake_peers(s);
 }
 
-/* Whether ring call's root is the last ring call's too (a guess that the
+/* Whether this ring call's root is the last ring call's too (a guess that the
    next one's is as well). */
 static int ring_same_root(shm_state *s, int root) {
   int same = root == s->ring_last_root;
@@ -555,9 +555,12 @@ static braid_status ring_from_root(braid_comm *c, shm_state *s, const void *src,
      root, so nothing is fetched then.) */
   if (!ring_same_root(s, root)) return BRAID_OK;
   char *next = bring_of(s, s->bseq), *data = slot_data(next, total);
-  shm_prefetch_lines(next, SHM_CL, s->me == root);
-  if (s->me == root) shm_prefetch_lines(data, total, 1);
-  else shm_prefetch_lines(data + at, len, 0);
+  if (s->me == root) {
+    shm_prefetch_lines(next, (size_t)(data - next) + total, 1);
+  } else {
+    shm_prefetch_lines(next, SHM_CL, 0);
+    shm_prefetch_lines(data + at, len, 0);
+  }
   return BRAID_OK;
 }
 

@@ -301,8 +301,6 @@ static braid_status alloc_tmp(braid_comm *c, shm_state *s) {
   return BRAID_OK;
 }
 
-/* Every rank has mapped: the name goes at once so nothing can leak. Then all
-   wait for each other (pids become known) under the deadline. */
 /* A communicator exists once every rank posted its arrival. A rank that
    went on may fail or abort it before this one sees the last post: that
    failure stays recorded (the first call reports it) but does not undo a
@@ -314,6 +312,8 @@ static braid_status wait_arrivals(braid_comm *c, shm_state *s, const char *what)
   return BRAID_OK;
 }
 
+/* Every rank has mapped: the name goes at once so nothing can leak. Then all
+   wait for each other (pids become known) under the deadline. */
 static braid_status attach_and_meet(braid_comm *c, shm_state *s, const char *name, double deadline) {
   shm_ctl *me = shm_ctl_of(s, s->me);
   me->pid = (int32_t)getpid();

@@ -40,6 +40,9 @@ int braid__algo_supports(int kind, int algo);
    block for all-gather, reduce-scatter, gather, scatter and all-to-all; 0
    for all-to-allv) and world size. Never AUTO or NATIVE. */
 int braid__algo_select(int kind, size_t bytes, int nranks);
+/* The vector the selection rules count for a call of kind with bytes per
+   rank's buffer or block: the buffer, or all nranks blocks (saturating). */
+size_t braid__algo_vector(int kind, size_t bytes, int nranks);
 /* Parses BRAID_ALGO ("allreduce=ring,broadcast=tree"; op names as in
    braid__coll_short_name, algorithm names as braid__algo_name, "auto" and
    "native" allowed). out[kind] is set for each named op. 0, or -1 with a

@@ -120,11 +120,15 @@ static int rule_holds(const rule *t, size_t vec, int n) {
   return 1;
 }
 
-int braid__algo_select(int kind, size_t bytes, int nranks) {
-  int n = nranks < 1 ? 1 : nranks;
+size_t braid__algo_vector(int kind, size_t bytes, int nranks) {
   int per_block = kind == BRAID__COLL_ALL_GATHER || kind == BRAID__COLL_REDUCE_SCATTER || kind == BRAID__COLL_GATHER ||
                   kind == BRAID__COLL_SCATTER || kind == BRAID__COLL_ALL_TO_ALL;
-  size_t vec = per_block ? mul_sat(bytes, (size_t)n) : bytes;
+  return per_block ? mul_sat(bytes, (size_t)(nranks < 1 ? 1 : nranks)) : bytes;
+}
+
+int braid__algo_select(int kind, size_t bytes, int nranks) {
+  int n = nranks < 1 ? 1 : nranks;
+  size_t vec = braid__algo_vector(kind, bytes, n);
   for (size_t i = 0; i < NRULES; i++)
     if (TABLE[i].kind == kind && rule_holds(&TABLE[i], vec, n)) return TABLE[i].algo;
   return -1; /* no generic algorithm: split, user traffic, unknown kinds */

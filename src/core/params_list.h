@@ -89,6 +89,9 @@
     "kernel sizes them)")                                                                                             \
   X(MPI_MAX_COUNT, "BRAID_MPI_MAX_COUNT", SIZE, "2147483647",                                                         \
     "mpi backend: most bytes (and elements) one MPI call carries; larger messages and collectives go in pieces")    \
+  X(MPI_COLL, "BRAID_MPI_COLL", STRING, "auto",                                                                      \
+    "mpi backend: auto (braid's algorithms over MPI point to point where they measured faster, MPI's collectives "   \
+    "elsewhere), native (MPI's collectives for every call) or generic (braid's algorithms for every call)")         \
   X(NCCL_LIB, "BRAID_NCCL_LIB", STRING, "libnccl.so.2", "nccl backend: the NCCL library braid opens at run time")     \
   X(CUDART_LIB, "BRAID_CUDART_LIB", STRING, "libcudart.so",                                                           \
     "nccl backend: the CUDA runtime library braid opens at run time (then libcudart.so.13, .12, .11)")                \

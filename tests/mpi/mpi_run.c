@@ -4,7 +4,8 @@
    and posted receives, inline and large payloads), mismatch (ranks in
    different collectives), timeout (a rank that stalls: the others fail
    within BRAID_TIMEOUT, the stalled one hears of it), comm (a communicator
-   the application made), auto (braid_init(NULL) picks mpi under mpirun). "app": the test calls MPI_Init_thread itself and
+   the application made), auto (braid_init(NULL) picks mpi under mpirun),
+   coll (BRAID_MPI_COLL's checks and choices). "app": the test calls MPI_Init_thread itself and
    braid must not finalize; "braid": braid initializes MPI. Exit 0 on
    success on every rank. */
 #include <mpi.h>
@@ -202,6 +203,76 @@ static int mode_mismatch(void) {
   }
   free(sc), free(sd), free(rc), free(rd), free(sbuf), free(rbuf);
   BT_CHECK_OK(braid_destroy(c), NULL);
+  /* One rank in a call MPI carries (all-to-allv always is), the others in
+     one braid's algorithms carry under BRAID_MPI_COLL=auto or generic:
+     every rank still reports the mismatch. */
+  if (open_comm(&c, 60, NULL)) return 1;
+  size_t one[64] = {0}, offs[64] = {0};
+  for (int q = 0; q < n && q < 64; q++) one[q] = 1, offs[q] = (size_t)q;
+  float a2a_s[64] = {0}, a2a_r[64] = {0};
+  st = rank == 0 ? braid_all_to_allv(c, a2a_s, one, offs, a2a_r, one, offs, BRAID_F32)
+                 : braid_all_reduce(c, buf, 16, BRAID_F32, BRAID_SUM);
+  if (st == BRAID_OK) st = braid_sync(c);
+  if (n > 1) {
+    BT_CHECK(st == BRAID_ERR_MISMATCH, "all-to-allv against all-reduce gave %s: %s", braid_status_string(st),
+             braid_last_error(c));
+    BT_CHECK_MSG(c, "braid_all_reduce(16 x f32, sum)");
+  } else {
+    BT_CHECK_OK(st, c);
+  }
+  BT_CHECK_OK(braid_destroy(c), NULL);
+  return 0;
+}
+
+/* BRAID_MPI_COLL: a value braid does not know, and ranks that choose
+   differently, fail braid_init on every rank with a sentence naming the
+   variable (a rank that chose alone would wait in another kind of call). */
+static int mode_coll(void) {
+  int wr, wn;
+  MPI_Comm_rank(MPI_COMM_WORLD, &wr);
+  MPI_Comm_size(MPI_COMM_WORLD, &wn);
+  braid_config cfg = BRAID_CONFIG_INIT;
+  cfg.backend = "mpi";
+  cfg.timeout_s = 30;
+  braid_comm *c = NULL;
+  setenv("BRAID_MPI_COLL", wr == 0 ? "fastest" : "auto", 1);
+  braid_status st = braid_init(&cfg, &c);
+  if (wn > 1 || wr == 0) {
+    BT_CHECK(st == BRAID_ERR_INVALID_ARG && !c, "unknown BRAID_MPI_COLL on rank 0 gave %s",
+             braid_status_string(st));
+    BT_CHECK(strstr(braid_last_error(NULL), "BRAID_MPI_COLL") != NULL, "sentence: %s", braid_last_error(NULL));
+  }
+  if (wr == 0) BT_CHECK(strstr(braid_last_error(NULL), "\"fastest\"") != NULL, "sentence: %s", braid_last_error(NULL));
+  if (c) braid_destroy(c);
+  c = NULL;
+  if (wn > 1) {
+    setenv("BRAID_MPI_COLL", wr == wn - 1 ? "native" : "generic", 1);
+    st = braid_init(&cfg, &c);
+    BT_CHECK(st == BRAID_ERR_INVALID_ARG && !c, "ranks choosing differently gave %s", braid_status_string(st));
+    BT_CHECK(strstr(braid_last_error(NULL), "BRAID_MPI_COLL differs between ranks") != NULL, "sentence: %s",
+             braid_last_error(NULL));
+    if (c) braid_destroy(c);
+    c = NULL;
+  }
+  /* Each choice works, and reads back the same sums. */
+  static const char *const modes[] = {"native", "generic", "auto"};
+  for (int m = 0; m < 3; m++) {
+    setenv("BRAID_MPI_COLL", modes[m], 1);
+    BT_CHECK_OK(braid_init(&cfg, &c), NULL);
+    static float big[1 << 16];
+    for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) big[i] = (float)(wr + (int)(i % 7));
+    BT_CHECK_OK(braid_all_reduce(c, big, sizeof big / sizeof big[0], BRAID_F32, BRAID_SUM), c);
+    BT_CHECK_OK(braid_sync(c), c);
+    for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) {
+      float want = (float)(wn * (wn - 1) / 2 + wn * (int)(i % 7));
+      if (big[i] != want) {
+        BT_CHECK(0, "%s: element %zu is %g, want %g", modes[m], i, (double)big[i], (double)want);
+        break;
+      }
+    }
+    BT_CHECK_OK(braid_destroy(c), NULL);
+  }
+  unsetenv("BRAID_MPI_COLL");
   return 0;
 }
 
@@ -216,11 +287,20 @@ static int mode_timeout(void) {
   int v = 1;
   BT_CHECK_OK(braid_all_reduce(c, &v, 1, BRAID_I32, BRAID_SUM), c);
   BT_CHECK_OK(braid_sync(c), c);
+  v = 1;
   if (rank == n - 1) {
     sleep(4);
     double t0 = now_s();
     braid_status st = braid_all_reduce(c, &v, 1, BRAID_I32, BRAID_SUM);
     if (st == BRAID_OK) st = braid_sync(c);
+    /* Over braid's own algorithms the others may have sent their parts
+       before they timed out: the late rank's sum is then whole, and its
+       next call learns of the failure. */
+    if (st == BRAID_OK) {
+      BT_CHECK(v == n, "late rank's sum %d, want %d", v, n);
+      st = braid_all_reduce(c, &v, 1, BRAID_I32, BRAID_SUM);
+      if (st == BRAID_OK) st = braid_sync(c);
+    }
     BT_CHECK(st == BRAID_ERR_PEER_LOST || st == BRAID_ERR_TIMEOUT, "late rank got %s", braid_status_string(st));
     BT_CHECK(now_s() - t0 < tmo + 1.0, "late rank took %.1f s", now_s() - t0);
     BT_CHECK_MSG(c, "timed out");
@@ -307,6 +387,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(mode, "timeout")) rc = mode_timeout();
   else if (!strcmp(mode, "comm")) rc = mode_comm();
   else if (!strcmp(mode, "auto")) rc = mode_auto();
+  else if (!strcmp(mode, "coll")) rc = mode_coll();
   else {
     fprintf(stderr, "mpi_run: unknown mode %s\n", mode);
     rc = 2;

@@ -12,12 +12,19 @@
    each header, in header order, into the matched receive's buffer or into
    a buffer of the unexpected message.
 
-   Collectives map to MPI's non-blocking ones, completed in test loops of
-   the core's wait engine (so BRAID_TIMEOUT, abort and failures of other
-   ranks interrupt them). Before each, unless BRAID_CHECK=0, the ranks
-   reduce the call's digest (max of it and of its complement: equal on
-   every rank or every rank sees the difference), so ranks in different
-   calls get BRAID_ERR_MISMATCH instead of MPI's undefined behaviour.
+   Collectives either run braid's generic algorithms over that point to
+   point (their messages carry the call's descriptor, so the cross-rank
+   check costs nothing more), or map to MPI's non-blocking ones, completed
+   in test loops of the core's wait engine (so BRAID_TIMEOUT, abort and
+   failures of other ranks interrupt them). braid must not block inside
+   MPI, and an MPI's non-blocking collectives can cost far more per call
+   than its blocking ones (Open MPI builds a schedule each time), so
+   BRAID_MPI_COLL=auto takes the generic algorithms where they measured
+   faster (GENERIC_UPTO) and MPI's elsewhere. Before each of MPI's, unless
+   BRAID_CHECK=0, the ranks reduce the call's digest (max of it and of its
+   complement: equal on every rank or every rank sees the difference), so
+   ranks in different calls get BRAID_ERR_MISMATCH instead of MPI's
+   undefined behaviour.
    Reductions MPI has natively for a dtype use MPI's ops; the others (f16,
    bf16, fp8 widened to f32, bool, NaN-propagating float min/max, complex
    prod) use braid's kernels through MPI_Op_create.
@@ -27,11 +34,13 @@
 #include <limits.h>
 #include <mpi.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "algos/algos.h"
 #include "backends/backends.h"
 #include "core/params.h"
 #include "core/reduce.h"
@@ -100,6 +109,7 @@ typedef struct mpi_state {
   int nfail_req;
   fail_msg fail_out;
   size_t max_count;
+  int coll;       /* BRAID_MPI_COLL: COLL_* */
   uint32_t *chk;  /* the call check's reduction: in and out */
   uint64_t *chk64; /* all-to-allv's count check: in and out */
   int abandoned;  /* MPI still holds an operation (a failed collective, an unfinished send, a
@@ -107,6 +117,10 @@ typedef struct mpi_state {
 } mpi_state;
 
 static mpi_state *state(braid_comm *c) { return c->be; }
+
+/* BRAID_MPI_COLL's values, in the order of COLL_*. */
+enum { COLL_AUTO, COLL_NATIVE, COLL_GENERIC, COLL_NMODES };
+static const char *const COLL_NAMES[COLL_NMODES] = {"auto", "native", "generic"};
 
 /* ------------------------------------------------------------ process-wide */
 
@@ -226,6 +240,21 @@ static braid_status state_new(braid_comm *c, MPI_Comm base, int provided) {
   MPI_Comm_set_errhandler(s->comm, MPI_ERRORS_RETURN);
   MPI_Comm_rank(s->comm, &c->rank);
   MPI_Comm_size(s->comm, &c->size);
+  /* Every rank must route each call alike (a rank in MPI's collective
+     while another runs braid's would wait for the timeout): the ranks
+     compare their choices, and a bad value fails every rank, not one. */
+  const char *mode = braid__param_str(BRAID_P_MPI_COLL);
+  s->coll = -1;
+  for (int i = 0; i < COLL_NMODES; i++)
+    if (!strcmp(mode, COLL_NAMES[i])) s->coll = i;
+  int agree[2] = {s->coll, -s->coll};
+  rc = MPI_Allreduce(MPI_IN_PLACE, agree, 2, MPI_INT, MPI_MAX, s->comm);
+  if (rc) return mpi_fail(c, "MPI_Allreduce", rc);
+  if (s->coll < 0)
+    return braid__fail(c, BRAID_ERR_INVALID_ARG, "BRAID_MPI_COLL is \"%s\": expected auto, native or generic", mode);
+  if (agree[0] != -agree[1])
+    return braid__fail(c, BRAID_ERR_INVALID_ARG,
+                       "BRAID_MPI_COLL differs between ranks (%s here): every rank must choose alike", mode);
   s->hdr_buf = malloc(sizeof(wire) * (size_t)c->size);
   s->hdr_req = malloc(sizeof(MPI_Request) * (size_t)c->size);
   s->idx = malloc(sizeof(int) * (size_t)c->size);
@@ -338,9 +367,17 @@ static braid_status mpi_isend(braid_comm *c, braid__req *br) {
                      &r->one[0]);
   r->nmpi = 0;
   if (!rc && !inl) rc = start_pieces(s, 1, br->buf, br->bytes, br->peer, &r->one[1], &r->more, &r->nmpi);
+  /* A small message usually leaves inside MPI_Isend (eager): done now,
+     without a later test of it. */
+  int sent = 0;
+  if (!rc && inl) rc = MPI_Test(&r->one[0], &sent, MPI_STATUS_IGNORE);
   UNLOCK();
-  active_add(s, r);
-  if (rc) return mpi_fail(c, "MPI_Isend", rc);
+  if (rc) {
+    active_add(s, r);
+    return mpi_fail(c, "MPI_Isend", rc);
+  }
+  if (sent) braid__req_complete(c, br, BRAID_OK);
+  else active_add(s, r);
   return BRAID_OK;
 }
 
@@ -480,21 +517,20 @@ static braid_status mpi_progress(braid_comm *c) {
   mpi_state *s = state(c);
   braid_status st = BRAID_OK;
   LOCK();
-  for (;;) {
-    int n = 0;
-    int rc = test_some(c->size, s->hdr_req, &n, s->idx);
-    if (rc) {
-      UNLOCK();
-      return mpi_fail(c, "MPI_Testsome", rc);
-    }
-    if (n == MPI_UNDEFINED || n == 0) break;
-    /* Lowest peer first is as good as any: order only matters per peer. */
-    for (int i = 0; i < n && !st; i++) {
-      int q = s->idx[i];
-      st = on_header(c, q);
-      if (!st) st = post_hdr(c, q);
-    }
-    if (st) break;
+  /* One test of the headers per pass: headers that arrive meanwhile wait
+     for the next pass, since the caller likely waits for one of these and
+     each test first costs MPI a progress pass of its own. */
+  int n = 0;
+  int rc = test_some(c->size, s->hdr_req, &n, s->idx);
+  if (rc) {
+    UNLOCK();
+    return mpi_fail(c, "MPI_Testsome", rc);
+  }
+  /* Lowest peer first is as good as any: order only matters per peer. */
+  for (int i = 0; n != MPI_UNDEFINED && i < n && !st; i++) {
+    int q = s->idx[i];
+    st = on_header(c, q);
+    if (!st) st = post_hdr(c, q);
   }
   for (mpi_umsg *u = s->uflight, *un; u; u = un) {
     un = u->unext;
@@ -1141,6 +1177,37 @@ static braid_status mpi_barrier(braid_comm *c) {
   return wait_mpi(c, &rq, 1, "the other ranks to enter the barrier");
 }
 
+/* BRAID_MPI_COLL=auto: braid's algorithms for a call whose vector (a
+   call's buffer, or all n blocks, as the selection table counts it) is at
+   most upto bytes, or at any size on 2 ranks where pair is set; MPI's
+   non-blocking collective beyond. From interleaved runs of both against
+   Open MPI over shared memory at 2 and 4 ranks (docs/MPI.md): braid's won
+   every small call (MPI's non-blocking collectives pay for a schedule per
+   call) and, where there is no upto, every size measured; the rest is
+   where Open MPI's own algorithms won. */
+#define KIB ((size_t)1024)
+static const struct {
+  size_t upto;
+  uint8_t pair;
+} GENERIC_UPTO[BRAID__COLL_NKINDS] = {
+    [BRAID__COLL_ALL_REDUCE] = {16 * KIB, 1},  [BRAID__COLL_BROADCAST] = {256 * KIB, 1},
+    [BRAID__COLL_ALL_GATHER] = {64 * KIB, 1},  [BRAID__COLL_REDUCE_SCATTER] = {SIZE_MAX, 1},
+    [BRAID__COLL_BARRIER] = {SIZE_MAX, 1},     [BRAID__COLL_REDUCE] = {SIZE_MAX, 1},
+    [BRAID__COLL_GATHER] = {16 * KIB, 0},      [BRAID__COLL_SCATTER] = {256 * KIB, 0},
+    [BRAID__COLL_ALL_TO_ALL] = {256 * KIB, 1},
+};
+
+/* Whether this call takes braid's generic algorithm (the same answer on
+   every rank: the mode is agreed at init, the rest are the call's
+   arguments). All-to-allv stays MPI's: its count check is a collective
+   of its own before the pairwise exchange. */
+static int mpi_declines(const braid_comm *c, braid__coll_kind kind, size_t bytes) {
+  const mpi_state *s = c->be;
+  if (kind == BRAID__COLL_ALL_TO_ALLV || s->coll == COLL_NATIVE) return 0;
+  if (s->coll == COLL_GENERIC) return 1;
+  return (c->size == 2 && GENERIC_UPTO[kind].pair) || braid__algo_vector(kind, bytes, c->size) <= GENERIC_UPTO[kind].upto;
+}
+
 const braid__backend braid__mpi_backend = {
     .name = "mpi",
     .caps = BRAID__CAP_OWN_WORLD,
@@ -1162,6 +1229,7 @@ const braid__backend braid__mpi_backend = {
     .check_peers = mpi_check_peers,
     .remote_failure = mpi_remote_failure,
     .publish_failure = mpi_publish_failure,
+    .declines = mpi_declines,
     .barrier = mpi_barrier,
     .all_reduce = mpi_all_reduce,
     .broadcast = mpi_broadcast,

@@ -6,6 +6,8 @@
 
 #include "algos/internal.h"
 
+#define AG_OVERLAP_MAX ((size_t)1 << 20)
+
 /*
  * Units u = s*C + k (step s = 0..n-2, chunk k): chunk k of block
  * ag_recv_block(s) is received straight into its place in buf, then sent on
@@ -14,7 +16,7 @@
  * are in flight (2C), and only for units before the current one.
  */
 braid_status braid__ring_ag(braid_comm *c, const braid__blocks *B, braid_dtype dt, const void *own, void *buf,
-                            uint64_t step0) {
+                            uint64_t step0, int own_copy) {
   enum { NSQ = 2 * BRAID__RING_MAX_CHUNKS };
   const int n = c->size, r = c->rank, next = braid__ring_next(r, n), prev = braid__ring_prev(r, n);
   const size_t esz = braid_dtype_size(dt), maxlen = braid__blk_len(B, 0);
@@ -29,6 +31,7 @@ braid_status braid__ring_ag(braid_comm *c, const braid__blocks *B, braid_dtype d
                                &sq[k])))
       goto fail;
   }
+  if (own_copy) memcpy(braid__at(buf, braid__blk_off(B, r), esz), own, braid__blk_len(B, r) * esz);
   for (size_t v = 0; v < U + BRAID__WINDOW; v++) {
     if (v >= BRAID__WINDOW) { /* finish unit u = v - WINDOW: forward it */
       size_t u = v - BRAID__WINDOW, s = u / C, k = u % C;
@@ -61,9 +64,9 @@ fail:
   return st;
 }
 
-static braid_status ag_ring(braid_comm *c, const void *send, void *recv, size_t count, braid_dtype dt) {
+static braid_status ag_ring(braid_comm *c, const void *send, void *recv, size_t count, braid_dtype dt, int copy) {
   braid__blocks B = {count * (size_t)c->size, count, c->size};
-  return braid__ring_ag(c, &B, dt, send, recv, 0);
+  return braid__ring_ag(c, &B, dt, send, recv, 0, copy);
 }
 
 /* Bruck in a rotated scratch copy (slot i = block r+i), then one rotation
@@ -93,7 +96,7 @@ static braid_status ag_bruck(braid_comm *c, const void *send, void *recv, size_t
  * proxies double the contiguous ranges of blocks they speak for, straight
  * in recv.
  */
-static braid_status ag_rd(braid_comm *c, const void *send, void *recv, size_t count, braid_dtype dt) {
+static braid_status ag_rd(braid_comm *c, const void *send, void *recv, size_t count, braid_dtype dt, int copy) {
   const int n = c->size, r = c->rank, p = braid__pow2_floor(n), L = braid__log2_floor(p);
   const int q = braid__fold_proxy(r, n), peer = braid__fold_peer(r, n);
   const size_t esz = braid_dtype_size(dt), total = count * (size_t)n;
@@ -102,30 +105,43 @@ static braid_status ag_rd(braid_comm *c, const void *send, void *recv, size_t co
   braid__req *rq[2] = {0};
   braid_status st;
 
+  /* copy: the own block goes to its place while the first transfer runs,
+     which sends it straight from send when it is all that it sends. */
+  char *mine = braid__at(recv, (size_t)r * count, esz);
   if (q < 0) {
-    if ((st = braid__algo_send(c, send, count, dt, peer, 0, &rq[0])) || (st = braid__waitall(c, rq, 1))) goto fail;
-    /* the result except this rank's own block, which is in place already */
-    size_t mine = (size_t)r * count;
-    if ((st = braid__algo_recv(c, recv, mine, dt, peer, last, &rq[0])) ||
-        (st = braid__algo_recv(c, braid__at(recv, mine + count, esz), total - mine - count, dt, peer, last,
+    if ((st = braid__algo_send(c, send, count, dt, peer, 0, &rq[0]))) goto fail;
+    if (copy) memcpy(mine, send, count * esz);
+    if ((st = braid__waitall(c, rq, 1))) goto fail;
+    /* the result except this rank's own block, which is in place */
+    size_t own = (size_t)r * count;
+    if ((st = braid__algo_recv(c, recv, own, dt, peer, last, &rq[0])) ||
+        (st = braid__algo_recv(c, braid__at(recv, own + count, esz), total - own - count, dt, peer, last,
                                &rq[1])) ||
         (st = braid__waitall(c, rq, 2)))
       goto fail;
     return BRAID_OK;
   }
   if (peer >= 0) {
-    if ((st = braid__algo_recv(c, braid__at(recv, (size_t)peer * count, esz), count, dt, peer, 0, &rq[0])) ||
-        (st = braid__waitall(c, rq, 1)))
+    if ((st = braid__algo_recv(c, braid__at(recv, (size_t)peer * count, esz), count, dt, peer, 0, &rq[0])))
       goto fail;
+    if (copy) memcpy(mine, send, count * esz), copy = 0;
+    if ((st = braid__waitall(c, rq, 1))) goto fail;
   }
   for (int i = 0; i < L; i++) {
     braid__xchg x = braid__rhd_doubling(q, p, i);
     size_t so = braid__prange_off(&P, x.send_lo), ro = braid__prange_off(&P, x.recv_lo);
+    size_t sn = braid__prange_off(&P, x.send_hi) - so;
     int pr = braid__fold_rank(x.peer, n);
-    if ((st = braid__algo_sendrecv(c, braid__cat(recv, so, esz), braid__prange_off(&P, x.send_hi) - so, pr,
-                       braid__at(recv, ro, esz), braid__prange_off(&P, x.recv_hi) - ro, pr, dt, 1 + (uint64_t)i)))
-      return st;
+    const void *sp = copy && so == (size_t)r * count && sn == count ? send : braid__cat(recv, so, esz);
+    if (copy && sp != send) memcpy(mine, send, count * esz), copy = 0;
+    if ((st = braid__algo_recv(c, braid__at(recv, ro, esz), braid__prange_off(&P, x.recv_hi) - ro, dt, pr,
+                               1 + (uint64_t)i, &rq[0])) ||
+        (st = braid__algo_send(c, sp, sn, dt, pr, 1 + (uint64_t)i, &rq[1])))
+      goto fail;
+    if (copy) memcpy(mine, send, count * esz), copy = 0;
+    if ((st = braid__waitall(c, rq, 2))) goto fail;
   }
+  if (copy) memcpy(mine, send, count * esz);
   if (peer >= 0) {
     size_t theirs = (size_t)peer * count;
     if ((st = braid__algo_send(c, recv, theirs, dt, peer, last, &rq[0])) ||
@@ -149,11 +165,16 @@ braid_status braid__algo_all_gather(braid_comm *c, int algo, const void *send, v
   if (!braid__algo_supports(BRAID__COLL_ALL_GATHER, algo) || algo == BRAID__ALGO_NATIVE)
     return braid__algo_refuse(c, BRAID__COLL_ALL_GATHER, algo);
   char *mine = (char *)recv + (size_t)c->rank * bytes;
-  if (send != mine) memcpy(mine, send, bytes);
+  /* Ring and recursive doubling copy an out-of-place own block of up to
+     AG_OVERLAP_MAX bytes themselves, while their first transfer runs;
+     larger ones are copied first, which measured faster (the copy and the
+     transfer then compete for memory bandwidth). */
+  int overlap = send != mine && n > 1 && algo != BRAID__ALGO_BRUCK && bytes <= AG_OVERLAP_MAX;
+  if (send != mine && !overlap) memcpy(mine, send, bytes);
   if (n == 1) return BRAID_OK;
   switch (algo) {
-    case BRAID__ALGO_RING: return ag_ring(c, send, recv, count, dt);
+    case BRAID__ALGO_RING: return ag_ring(c, send, recv, count, dt, overlap);
     case BRAID__ALGO_BRUCK: return ag_bruck(c, send, recv, count, dt);
-    default: return ag_rd(c, send, recv, count, dt);
+    default: return ag_rd(c, send, recv, count, dt, overlap);
   }
 }

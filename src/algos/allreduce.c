@@ -17,7 +17,7 @@ static braid_status ar_ring(braid_comm *c, void *buf, size_t count, const braid_
   char *mine = braid__at(buf, braid__blk_off(&B, r), R->esz);
   braid_status st = braid__ring_rs(c, R, &B, buf, 1, mine, 0);
   if (st) return st;
-  return braid__ring_ag(c, &B, R->dt, mine, buf, (uint64_t)n - 1);
+  return braid__ring_ag(c, &B, R->dt, mine, buf, (uint64_t)n - 1, 0);
 }
 
 /* Direct dtypes work in buf itself; low-precision ones in an f32 copy of

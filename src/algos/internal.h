@@ -159,9 +159,11 @@ braid_status braid__rhd_reduce(braid_comm *c, const braid__red *R, const braid__
 
 /* Pipelined ring all-gather (allgather.c): block r of B is sent from own,
    every other block is received into buf at its place. Block r of buf is
-   the caller's business. Uses steps step0..step0+n-2. n >= 2. */
+   the caller's business, except that with own_copy set own is copied there
+   once its sends are under way (the copy overlaps the transfer). Uses steps
+   step0..step0+n-2. n >= 2. */
 braid_status braid__ring_ag(braid_comm *c, const braid__blocks *B, braid_dtype dt, const void *own, void *buf,
-                            uint64_t step0);
+                            uint64_t step0, int own_copy);
 
 /* The root of a gather (is_send 0: receives) or scatter (1: sends), whose
    buffer holds block p at p*count. tree: the binomial children kids (their

@@ -151,6 +151,10 @@ static braid_status seg_create(braid_comm *c, shm_state *s, const char *name) {
    fails the start for everyone waiting, naming it, instead of the wait
    running to the deadline. ranks: which to look at (-1: every other). */
 static braid_status startup_check(braid_comm *c, shm_state *s, int which, const char *during) {
+  /* The job's own record first: it names every rank gone, so a rank that
+     ended after its own start failed on a death does not hide that death. */
+  braid_status st = braid__start_check(c, during);
+  if (st) return st;
   for (int q = which < 0 ? 0 : which; q < (which < 0 ? s->n : which + 1); q++) {
     if (q == s->me) continue;
     int32_t pid = s->hdr ? shm_ctl_of(s, q)->pid : 0;
@@ -159,8 +163,7 @@ static braid_status startup_check(braid_comm *c, shm_state *s, int which, const 
       return braid__fail(c, BRAID_ERR_PEER_LOST, "rank %d (pid %d) died during %s", braid__label(c, q), (int)pid,
                          during);
   }
-  /* Ranks not attached yet: by what they registered when the job started. */
-  return braid__start_check(c, during);
+  return BRAID_OK;
 }
 
 /* Sleeps between looks at a condition other processes change: short at

@@ -5,10 +5,12 @@
    different collectives), timeout (a rank that stalls: the others fail
    within BRAID_TIMEOUT, the stalled one hears of it), comm (a communicator
    the application made), auto (braid_init(NULL) picks mpi under mpirun),
-   coll (BRAID_MPI_COLL's checks and choices). "app": the test calls MPI_Init_thread itself and
+   coll (BRAID_MPI_COLL's checks and choices), route (which route auto and
+   BRAID_ALGO give a call). "app": the test calls MPI_Init_thread itself and
    braid must not finalize; "braid": braid initializes MPI. Exit 0 on
    success on every rank. */
 #include <mpi.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -224,6 +226,61 @@ static int mode_mismatch(void) {
   return 0;
 }
 
+/* The route each call took, read back from the flight recorder, whose
+   "algo" is "native" for MPI's collective and the generic algorithm's name
+   for braid's: auto's choice by size and world size, and BRAID_ALGO's
+   "native" winning over it. */
+static int route_of(const char *dump, int seq, const char *op, char *algo, size_t len) {
+  char key[64];
+  snprintf(key, sizeof key, "\"seq\":%d,\"op\":\"%s\"", seq, op);
+  const char *line = strstr(dump, key);
+  const char *a = line ? strstr(line, "\"algo\":\"") : NULL;
+  const char *eol = line ? strchr(line, '\n') : NULL;
+  if (!a || (eol && a > eol)) return -1;
+  a += strlen("\"algo\":\"");
+  size_t k = strcspn(a, "\"");
+  snprintf(algo, len, "%.*s", (int)k, a);
+  return 0;
+}
+
+static int mode_route(void) {
+  char path[128];
+  snprintf(path, sizeof path, "/tmp/braid-mpi-route-%d.jsonl", (int)getpid());
+  unlink(path);
+  setenv("BRAID_TRACE_FILE", path, 1);
+  setenv("BRAID_TRACE_SIGNAL", "1", 1);
+  setenv("BRAID_ALGO", "broadcast=native", 1);
+  braid_comm *c;
+  if (open_comm(&c, 60, NULL)) return 1;
+  int n = braid_world_size(c);
+  static float v[1 << 20]; /* 4 MiB: past auto's 16 KiB for all-reduce */
+  BT_CHECK_OK(braid_all_reduce(c, v, 8, BRAID_F32, BRAID_SUM), c);
+  BT_CHECK_OK(braid_all_reduce(c, v, 1 << 20, BRAID_F32, BRAID_SUM), c);
+  BT_CHECK_OK(braid_broadcast(c, v, 8, BRAID_F32, 0), c);
+  raise(SIGUSR1);
+  BT_CHECK_OK(braid_barrier(c), c); /* dumps at this call */
+  BT_CHECK_OK(braid_sync(c), c);
+  BT_CHECK_OK(braid_destroy(c), NULL);
+  unsetenv("BRAID_TRACE_FILE");
+  unsetenv("BRAID_TRACE_SIGNAL");
+  unsetenv("BRAID_ALGO");
+  FILE *f = fopen(path, "r");
+  BT_CHECK(f != NULL, "no flight-recorder dump at %s", path);
+  static char dump[1 << 16];
+  size_t got = fread(dump, 1, sizeof dump - 1, f);
+  dump[got] = 0;
+  fclose(f);
+  unlink(path);
+  char a[32];
+  BT_CHECK(route_of(dump, 1, "allreduce", a, sizeof a) == 0 && strcmp(a, "native") != 0,
+           "a 32-byte all-reduce took route %s, want braid's", a);
+  BT_CHECK(route_of(dump, 2, "allreduce", a, sizeof a) == 0 && (n == 2) == (strcmp(a, "native") != 0),
+           "a 4 MiB all-reduce on %d ranks took route %s", n, a);
+  BT_CHECK(route_of(dump, 3, "broadcast", a, sizeof a) == 0 && !strcmp(a, "native"),
+           "BRAID_ALGO=broadcast=native took route %s", a);
+  return 0;
+}
+
 /* BRAID_MPI_COLL: a value braid does not know, and ranks that choose
    differently, fail braid_init on every rank with a sentence naming the
    variable (a rank that chose alone would wait in another kind of call). */
@@ -388,6 +445,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(mode, "comm")) rc = mode_comm();
   else if (!strcmp(mode, "auto")) rc = mode_auto();
   else if (!strcmp(mode, "coll")) rc = mode_coll();
+  else if (!strcmp(mode, "route")) rc = mode_route();
   else {
     fprintf(stderr, "mpi_run: unknown mode %s\n", mode);
     rc = 2;

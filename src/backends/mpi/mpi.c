@@ -1200,10 +1200,11 @@ static const struct {
 /* Whether this call takes braid's generic algorithm (the same answer on
    every rank: the mode is agreed at init, the rest are the call's
    arguments). All-to-allv stays MPI's: its count check is a collective
-   of its own before the pairwise exchange. */
+   of its own before the pairwise exchange; so does a collective that
+   BRAID_ALGO names "native". */
 static int mpi_declines(const braid_comm *c, braid__coll_kind kind, size_t bytes) {
   const mpi_state *s = c->be;
-  if (kind == BRAID__COLL_ALL_TO_ALLV || s->coll == COLL_NATIVE) return 0;
+  if (kind == BRAID__COLL_ALL_TO_ALLV || s->coll == COLL_NATIVE || c->algo[kind] == BRAID__ALGO_NATIVE) return 0;
   if (s->coll == COLL_GENERIC) return 1;
   return (c->size == 2 && GENERIC_UPTO[kind].pair) || braid__algo_vector(kind, bytes, c->size) <= GENERIC_UPTO[kind].upto;
 }

@@ -257,12 +257,14 @@ static braid_status state_new(braid_comm *c, MPI_Comm base, int provided) {
                        "BRAID_MPI_COLL differs between ranks (%s here): every rank must choose alike", mode);
   s->hdr_buf = malloc(sizeof(wire) * (size_t)c->size);
   s->hdr_req = malloc(sizeof(MPI_Request) * (size_t)c->size);
+  /* Before any failure return: destroy reads every entry. */
+  if (s->hdr_req)
+    for (int q = 0; q < c->size; q++) s->hdr_req[q] = MPI_REQUEST_NULL;
   s->idx = malloc(sizeof(int) * (size_t)c->size);
   s->chk = malloc(4 * sizeof(uint32_t));
   s->chk64 = malloc(2 * sizeof(uint64_t));
   if (!s->hdr_buf || !s->hdr_req || !s->idx || !s->chk || !s->chk64)
     return braid__fail(c, BRAID_ERR_NO_MEMORY, "out of memory for %d peers' header buffers", c->size);
-  for (int q = 0; q < c->size; q++) s->hdr_req[q] = MPI_REQUEST_NULL;
   for (int q = 0; q < c->size; q++) {
     braid_status st = post_hdr(c, q);
     if (st) return st;
@@ -522,6 +524,10 @@ static braid_status mpi_progress(braid_comm *c) {
      each test first costs MPI a progress pass of its own. */
   int n = 0;
   int rc = test_some(c->size, s->hdr_req, &n, s->idx);
+  /* An MPI may progress inside MPI_Testsome only when nothing was
+     complete, without looking again (Open MPI does): a header that arrived
+     during that progress shows in a second call, not a whole pass later. */
+  if (!rc && n == 0) rc = test_some(c->size, s->hdr_req, &n, s->idx);
   if (rc) {
     UNLOCK();
     return mpi_fail(c, "MPI_Testsome", rc);

@@ -105,8 +105,9 @@ static braid_status ag_rd(braid_comm *c, const void *send, void *recv, size_t co
   braid__req *rq[2] = {0};
   braid_status st;
 
-  /* copy: the own block goes to its place while the first transfer runs,
-     which sends it straight from send when it is all that it sends. */
+  /* copy: the own block goes to its place while the first transfer runs.
+     A rank that is neither an extra nor a proxy for one sends exactly its
+     own block in the first exchange, so that exchange sends from send. */
   char *mine = braid__at(recv, (size_t)r * count, esz);
   if (q < 0) {
     if ((st = braid__algo_send(c, send, count, dt, peer, 0, &rq[0]))) goto fail;
@@ -130,18 +131,15 @@ static braid_status ag_rd(braid_comm *c, const void *send, void *recv, size_t co
   for (int i = 0; i < L; i++) {
     braid__xchg x = braid__rhd_doubling(q, p, i);
     size_t so = braid__prange_off(&P, x.send_lo), ro = braid__prange_off(&P, x.recv_lo);
-    size_t sn = braid__prange_off(&P, x.send_hi) - so;
     int pr = braid__fold_rank(x.peer, n);
-    const void *sp = copy && so == (size_t)r * count && sn == count ? send : braid__cat(recv, so, esz);
-    if (copy && sp != send) memcpy(mine, send, count * esz), copy = 0;
     if ((st = braid__algo_recv(c, braid__at(recv, ro, esz), braid__prange_off(&P, x.recv_hi) - ro, dt, pr,
                                1 + (uint64_t)i, &rq[0])) ||
-        (st = braid__algo_send(c, sp, sn, dt, pr, 1 + (uint64_t)i, &rq[1])))
+        (st = braid__algo_send(c, copy ? send : braid__cat(recv, so, esz), braid__prange_off(&P, x.send_hi) - so,
+                               dt, pr, 1 + (uint64_t)i, &rq[1])))
       goto fail;
     if (copy) memcpy(mine, send, count * esz), copy = 0;
     if ((st = braid__waitall(c, rq, 2))) goto fail;
   }
-  if (copy) memcpy(mine, send, count * esz);
   if (peer >= 0) {
     size_t theirs = (size_t)peer * count;
     if ((st = braid__algo_send(c, recv, theirs, dt, peer, last, &rq[0])) ||

@@ -519,14 +519,13 @@ static braid_status mpi_progress(braid_comm *c) {
   mpi_state *s = state(c);
   braid_status st = BRAID_OK;
   LOCK();
-  /* One test of the headers per pass: headers that arrive meanwhile wait
-     for the next pass, since the caller likely waits for one of these and
-     each test first costs MPI a progress pass of its own. */
+  /* The headers are read once per pass (the caller likely waits for one
+     of them; later ones wait for the next pass). An MPI may progress inside
+     MPI_Testsome only when nothing was complete, without looking again
+     (Open MPI does): a header that arrived during that progress shows in a
+     second test, not a whole pass later. */
   int n = 0;
   int rc = test_some(c->size, s->hdr_req, &n, s->idx);
-  /* An MPI may progress inside MPI_Testsome only when nothing was
-     complete, without looking again (Open MPI does): a header that arrived
-     during that progress shows in a second call, not a whole pass later. */
   if (!rc && n == 0) rc = test_some(c->size, s->hdr_req, &n, s->idx);
   if (rc) {
     UNLOCK();
@@ -1212,7 +1211,8 @@ static int mpi_declines(const braid_comm *c, braid__coll_kind kind, size_t bytes
   const mpi_state *s = c->be;
   if (kind == BRAID__COLL_ALL_TO_ALLV || s->coll == COLL_NATIVE || c->algo[kind] == BRAID__ALGO_NATIVE) return 0;
   if (s->coll == COLL_GENERIC) return 1;
-  return (c->size == 2 && GENERIC_UPTO[kind].pair) || braid__algo_vector(kind, bytes, c->size) <= GENERIC_UPTO[kind].upto;
+  if (c->size == 2 && GENERIC_UPTO[kind].pair) return 1;
+  return braid__algo_vector(kind, bytes, c->size) <= GENERIC_UPTO[kind].upto;
 }
 
 const braid__backend braid__mpi_backend = {

@@ -48,6 +48,10 @@ size_t braid__algo_vector(int kind, size_t bytes, int nranks);
    "native" allowed). out[kind] is set for each named op. 0, or -1 with a
    sentence naming the bad item in err. */
 int braid__algo_parse(const char *spec, uint8_t out[BRAID__COLL_NKINDS], char *err, size_t errlen);
+/* The canonical BRAID_ALGO of a parsed table: the forced collectives in
+   their enum order, "" when none is forced. Spellings that parse alike
+   give the same text (the ranks compare it at init). */
+void braid__algo_spec(const uint8_t algo[BRAID__COLL_NKINDS], char *out, size_t len);
 /* The selection table in words, one line per rule, for braid-info and the
    init log: calls emit(line, arg) for each line. */
 void braid__algo_describe(void (*emit)(const char *line, void *arg), void *arg);

@@ -283,3 +283,13 @@ int braid__algo_parse(const char *spec, uint8_t out[BRAID__COLL_NKINDS], char *e
   memcpy(out, res, sizeof res);
   return 0;
 }
+
+void braid__algo_spec(const uint8_t algo[BRAID__COLL_NKINDS], char *out, size_t len) {
+  size_t at = 0;
+  if (len) out[0] = 0;
+  for (int k = BRAID__COLL_NONE + 1; k < BRAID__COLL_NKINDS && at < len; k++) {
+    if (algo[k] == BRAID__ALGO_AUTO) continue;
+    int w = snprintf(out + at, len - at, "%s%s=%s", at ? "," : "", braid__coll_short_name(k), NAMES[algo[k]]);
+    if (w > 0) at += (size_t)w;
+  }
+}

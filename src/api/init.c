@@ -24,21 +24,21 @@ static braid_status init_fail(braid_status st, int rank, const char *fmt, ...) {
 }
 
 /* The settings every communicator of the job shares, from the environment. */
-static braid_status read_settings(braid_comm *c, const braid_config *def, int rank) {
+static braid_status read_settings(braid_comm *c, const braid_config *def) {
   char err[BRAID_ERRLEN];
   double timeout = def->timeout_s, dtimeout = def->destroy_timeout_s;
   if (timeout < 0 && braid__param_seconds(BRAID_P_TIMEOUT, &timeout, err, sizeof err))
-    return init_fail(BRAID_ERR_INVALID_ARG, rank, "%s", err);
+    return braid__fail(c, BRAID_ERR_INVALID_ARG, "%s", err);
   if (dtimeout < 0 && braid__param_seconds(BRAID_P_DESTROY_TIMEOUT, &dtimeout, err, sizeof err))
-    return init_fail(BRAID_ERR_INVALID_ARG, rank, "%s", err);
+    return braid__fail(c, BRAID_ERR_INVALID_ARG, "%s", err);
   if (!(timeout >= 0) || !(dtimeout >= 0))
-    return init_fail(BRAID_ERR_INVALID_ARG, rank, "timeouts must be finite and non-negative");
+    return braid__fail(c, BRAID_ERR_INVALID_ARG, "timeouts must be finite and non-negative");
   long check = 1;
   if (braid__param_int(BRAID_P_CHECK, 0, 1, &check, err, sizeof err))
-    return init_fail(BRAID_ERR_INVALID_ARG, rank, "%s", err);
+    return braid__fail(c, BRAID_ERR_INVALID_ARG, "%s", err);
   const char *algo = braid__param_str(BRAID_P_ALGO);
   if (algo && braid__algo_parse(algo, c->algo, err, sizeof err))
-    return init_fail(BRAID_ERR_INVALID_ARG, rank, "BRAID_ALGO=\"%s\": %s", algo, err);
+    return braid__fail(c, BRAID_ERR_INVALID_ARG, "BRAID_ALGO=\"%s\": %s", algo, err);
   c->timeout_s = timeout;
   c->destroy_timeout_s = dtimeout;
   c->check = (int)check;
@@ -102,6 +102,61 @@ static braid_status choose_auto(braid_comm *c, const braid__backend **ops) {
   return BRAID_OK;
 }
 
+/* One "NAME=value" line of settings text s: the value, or NULL. */
+static const char *setting_of(const char *s, const char *name, size_t *vlen) {
+  size_t nl = strlen(name);
+  for (const char *p = s; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+    if (!strncmp(p, name, nl) && p[nl] == '=') {
+      const char *v = p + nl + 1, *e = strchr(v, '\n');
+      *vlen = e ? (size_t)(e - v) : strlen(v);
+      return v;
+    }
+  return NULL;
+}
+
+/* The settings every rank must share: a rank that forces other
+   algorithms, skips the call check the others make or composes hier of
+   other parts would meet the others only at the deadline. The first rank
+   here publishes its settings; each other rank compares its own, and one
+   that differs fails its start, which every rank then learns
+   (braid__start_failed). */
+static braid_status agree_settings(braid_comm *c, const braid__backend *ops) {
+  braid__store *store = c->boot ? c->boot->store : NULL;
+  if (!store || c->size < 2) return BRAID_OK;
+  char algo[400], mine[700];
+  braid__algo_spec(c->algo, algo, sizeof algo);
+  int n = snprintf(mine, sizeof mine, "%d\nBRAID_ALGO=%s\nBRAID_CHECK=%d\n", c->rank, algo, c->check);
+  if (!strcmp(ops->name, "hier") && n > 0 && (size_t)n < sizeof mine)
+    snprintf(mine + n, sizeof mine - (size_t)n, "BRAID_HIER_INTRA=%s\nBRAID_HIER_INTER=%s\n",
+             braid__param_str(BRAID_P_HIER_INTRA), braid__param_str(BRAID_P_HIER_INTER));
+  int swapped = 0;
+  void *cur = NULL;
+  size_t curlen = 0;
+  if (braid__store_cas(store, "settings", NULL, 0, mine, strlen(mine), &swapped, &cur, &curlen)) {
+    free(cur);
+    return braid__fail(c, BRAID_ERR_BOOTSTRAP, "could not compare the ranks' settings in the store: %s",
+                       braid__store_error(store));
+  }
+  char theirs[700];
+  snprintf(theirs, sizeof theirs, "%.*s", (int)(curlen < sizeof theirs ? curlen : sizeof theirs - 1),
+           cur ? (const char *)cur : "");
+  free(cur);
+  if (swapped) return BRAID_OK;
+  int who = atoi(theirs);
+  static const char *const names[] = {"BRAID_ALGO", "BRAID_CHECK", "BRAID_HIER_INTRA", "BRAID_HIER_INTER"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    size_t ml = 0, tl = 0;
+    const char *m = setting_of(strchr(mine, '\n') + 1, names[i], &ml);
+    const char *t = setting_of(strchr(theirs, '\n') ? strchr(theirs, '\n') + 1 : "", names[i], &tl);
+    if (!m && !t) continue;
+    if (m && t && ml == tl && !memcmp(m, t, ml)) continue;
+    return braid__fail(c, BRAID_ERR_INVALID_ARG,
+                       "%s differs between ranks: \"%.*s\" here, \"%.*s\" on rank %d; every rank must set it alike",
+                       names[i], (int)ml, m ? m : "", (int)tl, t ? t : "", who);
+  }
+  return BRAID_OK;
+}
+
 braid_status braid_init(const braid_config *cfg, braid_comm **out) {
   if (!out) return braid__fail(NULL, BRAID_ERR_INVALID_ARG, "braid_init: comm is NULL");
   *out = NULL;
@@ -154,10 +209,6 @@ braid_status braid_init(const braid_config *cfg, braid_comm **out) {
 
   braid_comm *c = braid__comm_alloc();
   if (!c) return init_fail(BRAID_ERR_NO_MEMORY, rank, "out of memory for the communicator");
-  if ((st = read_settings(c, &def, rank))) {
-    braid__comm_free(c);
-    return st;
-  }
   c->ops = ops;
   c->rank = rank;
   c->size = env.world_size;
@@ -179,20 +230,28 @@ braid_status braid_init(const braid_config *cfg, braid_comm **out) {
     st = braid__bootstrap_world(c->rank, c->size, &env, &c->boot, err, sizeof err);
     if (st) braid__fail(c, st, "%s", err);
   }
+  /* Read after the rendezvous: a bad value then fails the other ranks'
+     starts at once with this rank's sentence (braid__start_failed). */
+  if (!st) st = read_settings(c, &def);
   if (!st && by_default && c->size > 1 && c->boot) st = choose_auto(c, &ops);
   if (!st && (ops->caps & BRAID__CAP_ONE_HOST) && c->boot && c->boot->local_size != c->size)
     st = braid__fail(c, BRAID_ERR_UNSUPPORTED,
                      "backend %s connects ranks of one host, but the %d ranks span several hosts (%d on this one)",
                      ops->name, c->size, c->boot->local_size);
+  if (!st) st = agree_settings(c, ops);
   if (!st) st = ops->init(c);
   if (!st) st = braid__comm_start(c);
+  if (st) braid__start_failed(c, st);
   c->call = NULL;
   pthread_mutex_unlock(&c->lock);
   if (st) {
     braid__set_thread_error(c->last_error);
     if (c->be) ops->destroy(c, 0);
     c->be = NULL;
-    braid__bootstrap_free(c->boot, 0);
+    /* A store this rank hosts stays up a little for the others to read why
+       the start failed (they leave within a start check's 0.1 s), unless
+       they timed out or died. */
+    braid__bootstrap_free(c->boot, st == BRAID_ERR_TIMEOUT || st == BRAID_ERR_PEER_LOST ? 0 : 5);
     braid__comm_free(c);
     return st;
   }

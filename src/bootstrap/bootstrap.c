@@ -479,10 +479,61 @@ int braid__boot_peek(braid__boot *b, const char *key, void **val, size_t *len, d
   return found;
 }
 
+/* The world's namespace for one request of a child's boot: 1 when the
+   prefix was switched (switch back with to_own), 0 when it already was the
+   world's, -1 when the switch failed. */
+static int to_world(braid__boot *b) {
+  if (!strcmp(b->prefix, b->job_prefix)) return 0;
+  return braid__store_set_prefix(b->store, b->job_prefix) ? -1 : 1;
+}
+
+static void to_own(braid__boot *b, int switched) {
+  if (switched > 0) braid__store_set_prefix(b->store, b->prefix);
+}
+
+#define START_FAILED_KEY "start/failed"
+
+void braid__boot_say_start_failed(braid__boot *b, int world_rank, int status, const char *text) {
+  if (!b || !b->store) return;
+  int sw = to_world(b);
+  if (sw < 0) return;
+  char val[640];
+  int n = snprintf(val, sizeof val, "%d %d %s", status, world_rank, text);
+  size_t len = n < 0 ? 0 : (size_t)n < sizeof val ? (size_t)n : sizeof val - 1;
+  int swapped = 0;
+  void *cur = NULL;
+  size_t curlen = 0;
+  /* The first cause stays: later ones are mostly its consequences. */
+  (void)braid__store_cas(b->store, START_FAILED_KEY, NULL, 0, val, len, &swapped, &cur, &curlen);
+  free(cur);
+  to_own(b, sw);
+}
+
+int braid__boot_start_failure(braid__boot *b, int *world_rank, int *status, char *text, size_t len) {
+  if (!b || !b->store) return 0;
+  int sw = to_world(b);
+  if (sw < 0) return 0;
+  void *v = NULL;
+  size_t vlen = 0;
+  int found = 0, got = 0;
+  if (braid__store_try_get(b->store, START_FAILED_KEY, &v, &vlen, &found, braid__now() + 1.0) == BRAID_OK && found) {
+    char buf[640];
+    snprintf(buf, sizeof buf, "%.*s", (int)(vlen < sizeof buf ? vlen : sizeof buf - 1), (const char *)v);
+    int off = 0;
+    if (sscanf(buf, "%d %d %n", status, world_rank, &off) == 2 && off > 0) {
+      snprintf(text, len, "%s", buf + off);
+      got = 1;
+    }
+  }
+  free(v);
+  to_own(b, sw);
+  return got;
+}
+
 long braid__boot_world_pid(braid__boot *b, int w) {
   if (!b || !b->store) return 0;
-  int same = !strcmp(b->prefix, b->job_prefix);
-  if (!same && braid__store_set_prefix(b->store, b->job_prefix)) return 0;
+  int sw = to_world(b);
+  if (sw < 0) return 0;
   char key[32];
   snprintf(key, sizeof key, "rank/%d", w);
   void *v = NULL;
@@ -500,7 +551,7 @@ long braid__boot_world_pid(braid__boot *b, int w) {
     if (sscanf(buf, "host=%255s", theirs) == 1 && !strcmp(theirs, host)) pid = p ? strtol(p + 4, NULL, 10) : 0;
   }
   free(v);
-  if (!same) braid__store_set_prefix(b->store, b->prefix);
+  to_own(b, sw);
   return pid > 0 ? pid : 0;
 }
 

@@ -227,6 +227,7 @@ struct braid_comm {
                          "rank i" (NULL: every world rank, by world rank) */
   int nscope;
   long *scope_pid;    /* their pids as learned while starting (0: not yet, or on another host) */
+  int start_relayed;  /* its start failed on another rank's failure (braid__start_check): not told again */
 
   pthread_mutex_t lock;   /* serializes calls */
   const char *call;       /* name of the public call in progress (under lock) */

@@ -1,6 +1,7 @@
 #include "core/subcomm.h"
 
 #include <errno.h>
+#include <math.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -77,9 +78,21 @@ static braid_status scope(braid_comm *child, const braid_comm *parent, const int
   return BRAID_OK;
 }
 
+/* The statuses a relayed start failure keeps: the job's settings or build
+   are wrong for every rank alike. Any other cause is this rank's peer lost. */
+static braid_status relayed_status(int st) {
+  return st == BRAID_ERR_INVALID_ARG || st == BRAID_ERR_UNSUPPORTED ? (braid_status)st : BRAID_ERR_PEER_LOST;
+}
+
 braid_status braid__start_check(braid_comm *c, const char *during) {
   if (!c->boot || !c->boot->store) return BRAID_OK;
   int n = c->scope ? c->nscope : c->boot->env.world_size, self = world_rank(c, c->rank);
+  int origin = -1, ost = 0;
+  char why[BRAID_ERRLEN];
+  if (braid__boot_start_failure(c->boot, &origin, &ost, why, sizeof why) && origin != self) {
+    c->start_relayed = 1;
+    return braid__fail(c, relayed_status(ost), "rank %d could not start: %s", origin, why);
+  }
   if (n <= 0) return BRAID_OK;
   if (!c->scope_pid && !(c->scope_pid = calloc((size_t)n, sizeof *c->scope_pid))) return BRAID_OK;
   /* Every rank found gone is named: a rank whose own start failed on a
@@ -103,6 +116,37 @@ braid_status braid__start_check(braid_comm *c, const char *during) {
   if (!dead) return BRAID_OK;
   return braid__fail(c, BRAID_ERR_PEER_LOST, "%s%s %s during %s", who, dead > 4 ? " and others" : "",
                      dead > 1 ? "are gone (died or ended)" : "died", during);
+}
+
+void braid__start_failed(braid_comm *c, braid_status st) {
+  /* Timeouts and lost peers are the others' to see for themselves. */
+  if (!c->boot || !c->boot->store || c->start_relayed || st == BRAID_ERR_TIMEOUT || st == BRAID_ERR_PEER_LOST)
+    return;
+  char text[BRAID_ERRLEN];
+  pthread_mutex_lock(&c->err_lock);
+  snprintf(text, sizeof text, "%s", c->last_error);
+  pthread_mutex_unlock(&c->err_lock);
+  /* The sentence without "<call>: " and " (rank R)": the reader adds its own. */
+  char *t = text;
+  size_t k = c->call ? strlen(c->call) : 0;
+  if (k && !strncmp(t, c->call, k) && t[k] == ':' && t[k + 1] == ' ') t += k + 2;
+  char tail[32];
+  int tl = snprintf(tail, sizeof tail, " (rank %d)", braid__label(c, c->rank));
+  size_t len = strlen(t);
+  if (tl > 0 && len >= (size_t)tl && !strcmp(t + len - (size_t)tl, tail)) t[len - (size_t)tl] = 0;
+  braid__boot_say_start_failed(c->boot, world_rank(c, c->rank), (int)st, t[0] ? t : braid_status_string(st));
+}
+
+braid_status braid__start_get(braid_comm *c, const char *key, void **val, size_t *len, double deadline,
+                              const char *during) {
+  braid__store *store = c->boot->store;
+  braid_status st;
+  while ((st = braid__store_get(store, key, val, len, fmin(deadline, braid__now() + 0.1))) == BRAID_ERR_TIMEOUT &&
+         braid__now() < deadline) {
+    braid_status dead = braid__start_check(c, during);
+    if (dead) return dead;
+  }
+  return st;
 }
 
 braid_status braid__comm_sub(braid_comm *parent, const braid__backend *ops, const int *members, int n, int newrank,

@@ -552,6 +552,83 @@ static int test_bad_size_parameters(void) {
   return 0;
 }
 
+/* ---------------------------------------------------------------- a rank whose start fails */
+
+/* One rank's braid_init fails and the rank stays alive, as an application
+   that catches the error does: every other rank's init fails within a few
+   seconds with that rank's reason, instead of waiting out BRAID_TIMEOUT
+   for a rank that will never come (nor die). A setting every rank must
+   share, set on one rank only, fails every rank with INVALID_ARG naming
+   it, whichever rank was first to compare. */
+typedef struct start_case {
+  int victim;
+  const char *name, *value; /* what the victim alone sets */
+  const char *want;         /* in every rank's sentence */
+  int host_port;            /* > 0: rank 0 hosts the store there (it must outlive its own failure) */
+} start_case;
+
+static int body_start_fail(braid_comm *unused, int rank, int n, void *arg) {
+  (void)unused, (void)n;
+  const start_case *k = arg;
+  if (k->host_port > 0) {
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", k->host_port);
+    setenv("BRAID_STORE", addr, 1);
+    setenv("BRAID_STORE_EXTERNAL", "0", 1);
+  }
+  if (rank == k->victim) setenv(k->name, k->value, 1);
+  usage before = usage_now();
+  double t0 = now_s();
+  braid_comm *c = NULL;
+  braid_status st = braid_init(NULL, &c);
+  double t = now_s() - t0;
+  BT_CHECK(st == BRAID_ERR_INVALID_ARG && !c, "%s, %s=%s on rank %d: rank %d got %s: %s", backend_of(), k->name,
+           k->value, k->victim, rank, braid_status_string(st), braid_last_error(NULL));
+  BT_CHECK_MSG(NULL, k->want);
+  if (rank != k->victim && strcmp(k->name, "BRAID_ALGO")) {
+    char who[48];
+    snprintf(who, sizeof who, "rank %d could not start: ", k->victim);
+    BT_CHECK_MSG(NULL, who);
+  }
+  fprintf(stderr, "fault-time: %s start-failure(%s on rank %d%s) rank %d %.3f s\n", backend_of(), k->name,
+          k->victim, k->host_port > 0 ? ", rank 0 hosts the store" : "", rank, t);
+  BT_CHECK(t < 2.0, "%s: rank %d's init failed after %.2f s", backend_of(), rank, t);
+  /* Alive (not dead to the others' pid checks) until they are done. */
+  while (now_s() - t0 < 3.0) usleep(20000);
+  CHECK_NO_LEAK(before);
+  return 0;
+}
+
+static int start_fail_on(const char *backend, int n) {
+  static const char *const env[] = {"BRAID_TIMEOUT=100", "BRAID_INIT_TIMEOUT=100", NULL};
+  const char *own = !strcmp(backend, "tcp") ? "BRAID_TCP_NSOCKS" : "BRAID_SHM_BUFFER";
+  const char *bad = !strcmp(backend, "tcp") ? "0" : "-1";
+  for (int i = 0; i < 5; i++) {
+    start_case k = {i % 2 ? 0 : n - 1, "BRAID_ALGO", "allreduce=ring", "BRAID_ALGO differs between ranks", 0};
+    if (i >= 2) {
+      k.name = own;
+      k.value = bad;
+      k.want = own;
+    }
+    if (i == 4) { /* a core setting, read before the backend starts */
+      k.name = "BRAID_CHECK";
+      k.value = "2";
+      k.want = "BRAID_CHECK=\"2\"";
+    }
+    if (k.victim == 0) k.host_port = bt_free_port();
+    int before = bt_dead_shm_names(0);
+    bt_run_opts o = {backend, n, 60, env, -1};
+    if (bt_run_ranks_manual(&o, body_start_fail, &k, NULL)) {
+      fprintf(stderr, "start failure (%s=%s on rank %d) on %s: failed\n", k.name, k.value, k.victim, backend);
+      return 1;
+    }
+    BT_CHECK(bt_dead_shm_names(0) <= before, "a failed start on %s left /dev/shm names", backend);
+  }
+  return 0;
+}
+
+static int test_start_failure_reaches_peers(void) { return run_backends(3, start_fail_on); }
+
 /* ---------------------------------------------------------------- running on every backend */
 
 static int run_backends(int min_ranks, int (*fn)(const char *backend, int n)) {
@@ -581,6 +658,7 @@ int main(int argc, char **argv) {
       {"store_killed", test_store_killed, 120},
       {"small_dev_shm", test_small_dev_shm, 300},
       BT_CASE(test_bad_size_parameters),
+      {"start_failure_reaches_peers", test_start_failure_reaches_peers, 240},
   };
   return bt_main(argc, argv, cases, BT_COUNT(cases));
 }

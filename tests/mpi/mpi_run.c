@@ -303,13 +303,31 @@ static int mode_coll(void) {
   if (c) braid_destroy(c);
   c = NULL;
   if (wn > 1) {
-    setenv("BRAID_MPI_COLL", wr == wn - 1 ? "native" : "generic", 1);
-    st = braid_init(&cfg, &c);
-    BT_CHECK(st == BRAID_ERR_INVALID_ARG && !c, "ranks choosing differently gave %s", braid_status_string(st));
-    BT_CHECK(strstr(braid_last_error(NULL), "BRAID_MPI_COLL differs between ranks") != NULL, "sentence: %s",
-             braid_last_error(NULL));
-    if (c) braid_destroy(c);
-    c = NULL;
+    /* Settings every rank must share, set differently by rank: each a
+       refusal on every rank naming the variable. Spellings of BRAID_ALGO
+       that parse alike agree. */
+    static const struct {
+      const char *name, *last, *others, *want;
+    } differ[] = {
+        {"BRAID_MPI_COLL", "native", "generic", "BRAID_MPI_COLL differs between ranks"},
+        {"BRAID_ALGO", "allreduce=ring", "allreduce = rhd", "BRAID_ALGO differs between ranks"},
+        {"BRAID_CHECK", "0", "1", "BRAID_CHECK differs between ranks"},
+        {"BRAID_ALGO", "allreduce=ring", " allreduce=ring,", NULL},
+    };
+    for (size_t i = 0; i < sizeof differ / sizeof differ[0]; i++) {
+      setenv(differ[i].name, wr == wn - 1 ? differ[i].last : differ[i].others, 1);
+      st = braid_init(&cfg, &c);
+      if (!differ[i].want) {
+        BT_CHECK(st == BRAID_OK, "%s=\"%s\" against \"%s\" gave %s: %s", differ[i].name, differ[i].last,
+                 differ[i].others, braid_status_string(st), braid_last_error(NULL));
+      } else {
+        BT_CHECK(st == BRAID_ERR_INVALID_ARG && !c, "%s differing gave %s", differ[i].name, braid_status_string(st));
+        BT_CHECK(strstr(braid_last_error(NULL), differ[i].want) != NULL, "sentence: %s", braid_last_error(NULL));
+      }
+      if (c) braid_destroy(c);
+      c = NULL;
+      unsetenv(differ[i].name);
+    }
   }
   /* Each choice works, and reads back the same sums. */
   static const char *const modes[] = {"native", "generic", "auto"};

@@ -941,7 +941,7 @@ static int test_ipv6(void) {
 /* ---------------------------------------------------------------- without a token */
 
 /* A store without a token (loopback only) in its own process: ranks then
-   authenticate with the secret rank 0 draws. */
+   authenticate with the secret the first rank to start draws. */
 typedef struct plain_store {
   pid_t pid;
   int stop_fd, port;

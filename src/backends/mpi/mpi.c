@@ -247,14 +247,27 @@ static braid_status state_new(braid_comm *c, MPI_Comm base, int provided) {
   s->coll = -1;
   for (int i = 0; i < COLL_NMODES; i++)
     if (!strcmp(mode, COLL_NAMES[i])) s->coll = i;
-  int agree[2] = {s->coll, -s->coll};
-  rc = MPI_Allreduce(MPI_IN_PLACE, agree, 2, MPI_INT, MPI_MAX, s->comm);
+  /* So must the forced algorithms and the call check (the core's
+     settings, compared through the store on the other backends). */
+  char algo[400];
+  braid__algo_spec(c->algo, algo, sizeof algo);
+  uint32_t h = 2166136261u;
+  for (const char *p = algo; *p; p++) h = (h ^ (unsigned char)*p) * 16777619u;
+  int ah = (int)(h & 0x7fffffff);
+  int agree[6] = {s->coll, -s->coll, ah, -ah, c->check, -c->check};
+  rc = MPI_Allreduce(MPI_IN_PLACE, agree, 6, MPI_INT, MPI_MAX, s->comm);
   if (rc) return mpi_fail(c, "MPI_Allreduce", rc);
   if (s->coll < 0)
     return braid__fail(c, BRAID_ERR_INVALID_ARG, "BRAID_MPI_COLL is \"%s\": expected auto, native or generic", mode);
   if (agree[0] != -agree[1])
     return braid__fail(c, BRAID_ERR_INVALID_ARG,
                        "BRAID_MPI_COLL differs between ranks (%s here): every rank must choose alike", mode);
+  if (agree[2] != -agree[3])
+    return braid__fail(c, BRAID_ERR_INVALID_ARG,
+                       "BRAID_ALGO differs between ranks (\"%s\" here): every rank must set it alike", algo);
+  if (agree[4] != -agree[5])
+    return braid__fail(c, BRAID_ERR_INVALID_ARG,
+                       "BRAID_CHECK differs between ranks (%d here): every rank must set it alike", c->check);
   s->hdr_buf = malloc(sizeof(wire) * (size_t)c->size);
   s->hdr_req = malloc(sizeof(MPI_Request) * (size_t)c->size);
   /* Before any failure return: destroy reads every entry. */

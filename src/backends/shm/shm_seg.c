@@ -339,7 +339,12 @@ static braid_status attach_and_meet(braid_comm *c, shm_state *s, const char *nam
     if (now >= next_check) {
       next_check = now + 0.1;
       braid_status st = startup_check(c, s, -1, "the start of a communicator, before every rank attached");
-      if (st) return st;
+      if (st) {
+        /* The start fails on every rank: the name of a segment some rank
+           will never map goes now, not at a later start. */
+        shm_unlink(name);
+        return st;
+      }
     }
     backoff(&pause);
   }
@@ -416,10 +421,12 @@ static braid_status shm_init(braid_comm *c) {
     if (store) {
       void *v = NULL;
       size_t vlen = 0;
-      if (braid__store_get(store, key, &v, &vlen, deadline))
+      st = braid__start_get(c, key, &v, &vlen, deadline,
+                            "the start of a communicator, while rank 0 created the shared-memory segment");
+      if (st && !atomic_load(&c->failed) && !c->start_relayed)
         st = braid__fail(c, BRAID_ERR_BOOTSTRAP, "could not learn the segment name from rank 0: %s",
                          braid__store_error(store));
-      else
+      else if (!st)
         snprintf(name, sizeof name, "%.*s", (int)(vlen < sizeof name ? vlen : sizeof name - 1), (char *)v);
       free(v);
     }

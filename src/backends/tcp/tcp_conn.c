@@ -24,9 +24,9 @@
 
 /* ---------------------------------------------------------------- the key */
 
-/* Without a job token, rank 0 of a world draws a secret and publishes it in
-   the store (a loopback-only store then: only this host's processes read
-   it). The world and its split children share it: one entry per world,
+/* Without a job token, the first rank to start draws a secret and
+   publishes it in the store (a loopback-only store then: only this host's
+   processes read it). The world and its split children share it: one entry per world,
    found by the bootstrap state they share. */
 struct tcp_keyref {
   tcp_keyref *next;
@@ -42,30 +42,27 @@ static tcp_keyref *secrets;
 
 static braid_status fetch_secret(braid_comm *c, uint8_t key[TCP_KEY_LEN]) {
   braid__boot *b = c->boot;
-  int world = !strcmp(b->prefix, b->job_prefix);
-  if (world && c->rank == 0) {
-    if (braid__random_bytes(key, TCP_KEY_LEN))
-      return braid__fail(c, BRAID_ERR_SYSTEM, "could not draw the tcp connection secret");
-    if (braid__store_set(b->store, SECRET_KEY, key, TCP_KEY_LEN))
-      return braid__fail(c, BRAID_ERR_BOOTSTRAP, "could not publish the tcp connection secret: %s",
-                         braid__store_error(b->store));
-    return BRAID_OK;
-  }
-  /* The world's namespace holds it. */
-  braid_status st = world ? BRAID_OK : braid__store_set_prefix(b->store, b->job_prefix);
-  void *v = NULL;
+  /* Whichever rank comes first draws it, so no rank waits for another's
+     (under hier the world is not a tcp communicator, and no world rank 0
+     of tcp exists to draw it). The world's namespace holds it. */
+  uint8_t mine[TCP_KEY_LEN];
+  if (braid__random_bytes(mine, TCP_KEY_LEN))
+    return braid__fail(c, BRAID_ERR_SYSTEM, "could not draw the tcp connection secret");
+  int world = !strcmp(b->prefix, b->job_prefix), swapped = 0;
+  void *cur = NULL;
   size_t len = 0;
-  if (!st) st = braid__store_get(b->store, SECRET_KEY, &v, &len, braid__deadline(b->init_timeout_s));
+  braid_status st = world ? BRAID_OK : braid__store_set_prefix(b->store, b->job_prefix);
+  if (!st) st = braid__store_cas(b->store, SECRET_KEY, NULL, 0, mine, TCP_KEY_LEN, &swapped, &cur, &len);
   char why[256];
   snprintf(why, sizeof why, "%s", braid__store_error(b->store));
   if (!world && braid__store_set_prefix(b->store, b->prefix) && !st) st = BRAID_ERR_BOOTSTRAP;
-  if (!st && len != TCP_KEY_LEN) {
+  if (!st && !swapped && len != TCP_KEY_LEN) {
     snprintf(why, sizeof why, "it has %zu bytes instead of %d", len, TCP_KEY_LEN);
     st = BRAID_ERR_BOOTSTRAP;
   }
-  if (!st) memcpy(key, v, TCP_KEY_LEN);
-  free(v);
-  if (st) return braid__fail(c, BRAID_ERR_BOOTSTRAP, "could not read rank 0's tcp connection secret: %s", why);
+  if (!st) memcpy(key, swapped ? mine : (const uint8_t *)cur, TCP_KEY_LEN);
+  free(cur);
+  if (st) return braid__fail(c, BRAID_ERR_BOOTSTRAP, "could not agree on the tcp connection secret: %s", why);
   return BRAID_OK;
 }
 

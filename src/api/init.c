@@ -114,9 +114,10 @@ static const char *setting_of(const char *s, const char *name, size_t *vlen) {
   return NULL;
 }
 
-/* The settings every rank must share: a rank that forces other
-   algorithms, skips the call check the others make or composes hier of
-   other parts would meet the others only at the deadline. The first rank
+/* The settings every rank must share: a rank on another backend, or that
+   forces other algorithms, skips the call check the others make or
+   composes hier of other parts, would meet the others only at the
+   deadline. The first rank
    here publishes its settings; each other rank compares its own, and one
    that differs fails its start, which every rank then learns
    (braid__start_failed). */
@@ -125,7 +126,8 @@ static braid_status agree_settings(braid_comm *c, const braid__backend *ops) {
   if (!store || c->size < 2) return BRAID_OK;
   char algo[400], mine[700];
   braid__algo_spec(c->algo, algo, sizeof algo);
-  int n = snprintf(mine, sizeof mine, "%d\nBRAID_ALGO=%s\nBRAID_CHECK=%d\n", c->rank, algo, c->check);
+  int n = snprintf(mine, sizeof mine, "%d\nBRAID_BACKEND=%s\nBRAID_ALGO=%s\nBRAID_CHECK=%d\n", c->rank, ops->name,
+                   algo, c->check);
   if (!strcmp(ops->name, "hier") && n > 0 && (size_t)n < sizeof mine)
     snprintf(mine + n, sizeof mine - (size_t)n, "BRAID_HIER_INTRA=%s\nBRAID_HIER_INTER=%s\n",
              braid__param_str(BRAID_P_HIER_INTRA), braid__param_str(BRAID_P_HIER_INTER));
@@ -143,7 +145,8 @@ static braid_status agree_settings(braid_comm *c, const braid__backend *ops) {
   free(cur);
   if (swapped) return BRAID_OK;
   int who = atoi(theirs);
-  static const char *const names[] = {"BRAID_ALGO", "BRAID_CHECK", "BRAID_HIER_INTRA", "BRAID_HIER_INTER"};
+  static const char *const names[] = {"BRAID_BACKEND", "BRAID_ALGO", "BRAID_CHECK", "BRAID_HIER_INTRA",
+                                      "BRAID_HIER_INTER"};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
     size_t ml = 0, tl = 0;
     const char *m = setting_of(strchr(mine, '\n') + 1, names[i], &ml);
@@ -198,14 +201,23 @@ braid_status braid_init(const braid_config *cfg, braid_comm **out) {
     ops = braid__backend_find(name);
   }
   int rank = env.rank;
-  if (!ops && !strcmp(name, "mpi"))
-    return init_fail(BRAID_ERR_UNSUPPORTED, rank,
-                     "backend mpi was not built: no MPI was found when braid was configured (Debian: apt-get "
-                     "install libopenmpi-dev openmpi-bin, then configure again) (built: %s)",
-                     braid__backend_names());
-  if (!ops)
-    return init_fail(BRAID_ERR_INVALID_ARG, rank, "unknown backend \"%s\" (built: %s)", name,
-                     braid__backend_names());
+  /* A backend this build lacks. With a store and other ranks, this rank
+     still meets them and fails after the rendezvous, so that they learn
+     why it cannot start instead of waiting for it. */
+  char missing[BRAID_ERRLEN] = "";
+  braid_status missing_st = BRAID_OK;
+  if (!ops && !strcmp(name, "mpi")) {
+    missing_st = BRAID_ERR_UNSUPPORTED;
+    snprintf(missing, sizeof missing,
+             "backend mpi was not built: no MPI was found when braid was configured (Debian: apt-get install "
+             "libopenmpi-dev openmpi-bin, then configure again) (built: %s)",
+             braid__backend_names());
+  } else if (!ops) {
+    missing_st = BRAID_ERR_INVALID_ARG;
+    snprintf(missing, sizeof missing, "unknown backend \"%s\" (built: %s)", name, braid__backend_names());
+  }
+  if (!ops && (env.world_size < 2 || env.store_owner == BRAID__STORE_NONE))
+    return init_fail(missing_st, rank, "%s", missing);
 
   braid_comm *c = braid__comm_alloc();
   if (!c) return init_fail(BRAID_ERR_NO_MEMORY, rank, "out of memory for the communicator");
@@ -220,16 +232,17 @@ braid_status braid_init(const braid_config *cfg, braid_comm **out) {
   }
   pthread_mutex_lock(&c->lock);
   c->call = "braid_init";
-  if ((ops->caps & BRAID__CAP_SINGLE_RANK) && c->size > 1) {
+  if (ops && (ops->caps & BRAID__CAP_SINGLE_RANK) && c->size > 1) {
     /* A rendezvous would only delay the refusal. */
     st = braid__fail(c, BRAID_ERR_INVALID_ARG, "backend %s supports world size 1 only, not %d", ops->name, c->size);
-  } else if (ops->caps & BRAID__CAP_OWN_WORLD) {
+  } else if (ops && (ops->caps & BRAID__CAP_OWN_WORLD)) {
     /* Rank and size are the backend's (init sets them); no store. */
     c->cfg_handle = def.mpi_comm;
   } else {
     st = braid__bootstrap_world(c->rank, c->size, &env, &c->boot, err, sizeof err);
     if (st) braid__fail(c, st, "%s", err);
   }
+  if (!st && !ops) st = braid__fail(c, missing_st, "%s", missing);
   /* Read after the rendezvous: a bad value then fails the other ranks'
      starts at once with this rank's sentence (braid__start_failed). */
   if (!st) st = read_settings(c, &def);

@@ -16,7 +16,8 @@
 #define BRAID_PARAM_LIST(X)                                                                                           \
   X(BACKEND, "BRAID_BACKEND", STRING, NULL,                                                                           \
     "backend of braid_init(NULL): self, shm, tcp, hier, mpi, nccl; unset or auto: self for one rank, mpi under mpirun "    \
-    "without a store (when built), else shm when every rank is on one node, hier when they are not")                 \
+    "without a store (when built), else shm when every rank is on one node, hier when they are not; the same on every " \
+    "rank (compared at init)")                                                                                        \
   X(RANK, "BRAID_RANK", INT, "0", "this process's rank in the job")                                                   \
   X(WORLD_SIZE, "BRAID_WORLD_SIZE", INT, "1", "number of ranks in the job")                                           \
   X(LOCAL_RANK, "BRAID_LOCAL_RANK", INT, NULL,                                                                        \

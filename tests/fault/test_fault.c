@@ -564,6 +564,7 @@ typedef struct start_case {
   int victim;
   const char *name, *value; /* what the victim alone sets */
   const char *want;         /* in every rank's sentence */
+  int shared;               /* a setting ranks compare: any rank may be the one that finds the difference */
   int host_port;            /* > 0: rank 0 hosts the store there (it must outlive its own failure) */
 } start_case;
 
@@ -585,7 +586,7 @@ static int body_start_fail(braid_comm *unused, int rank, int n, void *arg) {
   BT_CHECK(st == BRAID_ERR_INVALID_ARG && !c, "%s, %s=%s on rank %d: rank %d got %s: %s", backend_of(), k->name,
            k->value, k->victim, rank, braid_status_string(st), braid_last_error(NULL));
   BT_CHECK_MSG(NULL, k->want);
-  if (rank != k->victim && strcmp(k->name, "BRAID_ALGO")) {
+  if (rank != k->victim && !k->shared) {
     char who[48];
     snprintf(who, sizeof who, "rank %d could not start: ", k->victim);
     BT_CHECK_MSG(NULL, who);
@@ -603,17 +604,25 @@ static int start_fail_on(const char *backend, int n) {
   static const char *const env[] = {"BRAID_TIMEOUT=100", "BRAID_INIT_TIMEOUT=100", NULL};
   const char *own = !strcmp(backend, "tcp") ? "BRAID_TCP_NSOCKS" : "BRAID_SHM_BUFFER";
   const char *bad = !strcmp(backend, "tcp") ? "0" : "-1";
-  for (int i = 0; i < 5; i++) {
-    start_case k = {i % 2 ? 0 : n - 1, "BRAID_ALGO", "allreduce=ring", "BRAID_ALGO differs between ranks", 0};
+  const char *other = !strcmp(backend, "tcp") ? "shm" : "tcp";
+  for (int i = 0; i < 7; i++) {
+    start_case k = {i % 2 ? 0 : n - 1, "BRAID_ALGO", "allreduce=ring", "BRAID_ALGO differs between ranks", 1, 0};
     if (i >= 2) {
       k.name = own;
       k.value = bad;
       k.want = own;
+      k.shared = 0;
     }
     if (i == 4) { /* a core setting, read before the backend starts */
       k.name = "BRAID_CHECK";
       k.value = "2";
       k.want = "BRAID_CHECK=\"2\"";
+    }
+    if (i == 5) { /* another backend */
+      k = (start_case){n - 1, "BRAID_BACKEND", other, "BRAID_BACKEND differs between ranks", 1, 0};
+    }
+    if (i == 6) { /* a backend this build lacks */
+      k = (start_case){n - 1, "BRAID_BACKEND", "nosuch", "unknown backend \"nosuch\"", 0, 0};
     }
     if (k.victim == 0) k.host_port = bt_free_port();
     int before = bt_dead_shm_names(0);

@@ -493,12 +493,10 @@ static void to_own(braid__boot *b, int switched) {
 
 #define START_FAILED_KEY "start/failed"
 
-void braid__boot_say_start_failed(braid__boot *b, int world_rank, int status, const char *text) {
+void braid__boot_say_start_failed(braid__boot *b, int rank, int status, const char *text) {
   if (!b || !b->store) return;
-  int sw = to_world(b);
-  if (sw < 0) return;
   char val[640];
-  int n = snprintf(val, sizeof val, "%d %d %s", status, world_rank, text);
+  int n = snprintf(val, sizeof val, "%d %d %s", status, rank, text);
   size_t len = n < 0 ? 0 : (size_t)n < sizeof val ? (size_t)n : sizeof val - 1;
   int swapped = 0;
   void *cur = NULL;
@@ -506,13 +504,10 @@ void braid__boot_say_start_failed(braid__boot *b, int world_rank, int status, co
   /* The first cause stays: later ones are mostly its consequences. */
   (void)braid__store_cas(b->store, START_FAILED_KEY, NULL, 0, val, len, &swapped, &cur, &curlen);
   free(cur);
-  to_own(b, sw);
 }
 
-int braid__boot_start_failure(braid__boot *b, int *world_rank, int *status, char *text, size_t len) {
-  if (!b || !b->store) return 0;
-  int sw = to_world(b);
-  if (sw < 0) return 0;
+/* The start failure recorded in the store's current namespace. */
+static int read_start_failure(braid__boot *b, int *rank, int *status, char *text, size_t len) {
   void *v = NULL;
   size_t vlen = 0;
   int found = 0, got = 0;
@@ -520,12 +515,23 @@ int braid__boot_start_failure(braid__boot *b, int *world_rank, int *status, char
     char buf[640];
     snprintf(buf, sizeof buf, "%.*s", (int)(vlen < sizeof buf ? vlen : sizeof buf - 1), (const char *)v);
     int off = 0;
-    if (sscanf(buf, "%d %d %n", status, world_rank, &off) == 2 && off > 0) {
+    if (sscanf(buf, "%d %d %n", status, rank, &off) == 2 && off > 0) {
       snprintf(text, len, "%s", buf + off);
       got = 1;
     }
   }
   free(v);
+  return got;
+}
+
+int braid__boot_start_failure(braid__boot *b, int *rank, int *status, char *text, size_t len) {
+  if (!b || !b->store) return 0;
+  if (read_start_failure(b, rank, status, text, len)) return 1;
+  /* A backend's part starts within the world's init: the world's failure
+     ends its start too. */
+  int sw = to_world(b);
+  if (sw <= 0) return 0;
+  int got = read_start_failure(b, rank, status, text, len);
   to_own(b, sw);
   return got;
 }

@@ -85,14 +85,15 @@ void braid__bootstrap_free(braid__boot *b, double timeout_s);
 braid_status braid__boot_set(braid__boot *b, const char *key, const void *val, size_t len);
 int braid__boot_peek(braid__boot *b, const char *key, void **val, size_t *len, double reply_timeout_s);
 
-/* A rank whose braid_init failed tells the world's other ranks why, so
-   that their starts fail at once instead of at their deadlines: key
-   start/failed of the world's namespace holds "<status> <world rank>
-   <sentence>", and the first cause written stays. braid__boot_start_failure
-   reads it without waiting (1 when there is one). Usable from a child's
-   boot (a backend's parts start within the world's init). */
-void braid__boot_say_start_failed(braid__boot *b, int world_rank, int status, const char *text);
-int braid__boot_start_failure(braid__boot *b, int *world_rank, int *status, char *text, size_t len);
+/* A rank whose start failed (braid_init, or a split child) tells the
+   communicator's other ranks why, so that their starts fail at once instead
+   of at their deadlines: key start/failed of b's namespace holds "<status>
+   <rank> <sentence>" (rank as the communicator names it), and the first
+   cause written stays. braid__boot_start_failure reads it without waiting
+   (1 when there is one); a child's boot also reads the world's (a
+   backend's parts start within the world's init). */
+void braid__boot_say_start_failed(braid__boot *b, int rank, int status, const char *text);
+int braid__boot_start_failure(braid__boot *b, int *rank, int *status, char *text, size_t len);
 
 /* The pid world rank w registered (rank/<w> in the world's namespace), read
    without waiting; 0 when it has not registered yet, runs on another host or

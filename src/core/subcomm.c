@@ -89,7 +89,7 @@ braid_status braid__start_check(braid_comm *c, const char *during) {
   int n = c->scope ? c->nscope : c->boot->env.world_size, self = world_rank(c, c->rank);
   int origin = -1, ost = 0;
   char why[BRAID_ERRLEN];
-  if (braid__boot_start_failure(c->boot, &origin, &ost, why, sizeof why) && origin != self) {
+  if (braid__boot_start_failure(c->boot, &origin, &ost, why, sizeof why) && origin != braid__label(c, c->rank)) {
     c->start_relayed = 1;
     return braid__fail(c, relayed_status(ost), "rank %d could not start: %s", origin, why);
   }
@@ -134,7 +134,7 @@ void braid__start_failed(braid_comm *c, braid_status st) {
   int tl = snprintf(tail, sizeof tail, " (rank %d)", braid__label(c, c->rank));
   size_t len = strlen(t);
   if (tl > 0 && len >= (size_t)tl && !strcmp(t + len - (size_t)tl, tail)) t[len - (size_t)tl] = 0;
-  braid__boot_say_start_failed(c->boot, world_rank(c, c->rank), (int)st, t[0] ? t : braid_status_string(st));
+  braid__boot_say_start_failed(c->boot, braid__label(c, c->rank), (int)st, t[0] ? t : braid_status_string(st));
 }
 
 braid_status braid__start_get(braid_comm *c, const char *key, void **val, size_t *len, double deadline,
@@ -175,6 +175,7 @@ braid_status braid__comm_sub(braid_comm *parent, const braid__backend *ops, cons
   if (!st) st = (ops == parent->ops && ops->split) ? ops->split(parent, child, members, n) : ops->init(child);
   if (!st) st = braid__comm_start(child);
   if (st) {
+    braid__start_failed(child, st);
     if (!atomic_load(&parent->failed) && braid__status_is_fatal(st)) {
       /* The parent fails with it (the other ranks went on with their
          children): the child's cause, not just the status, is what every

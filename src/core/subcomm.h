@@ -27,13 +27,13 @@ braid_status braid__comm_sub(braid_comm *parent, const braid__backend *ops, cons
 
 /* While c starts (init or split): a rank of its scope (see braid_comm.scope)
    whose process has exited on this host fails the start for this rank with
-   BRAID_ERR_PEER_LOST naming it, and so does a rank whose braid_init
-   failed (braid__start_failed; a wrong setting keeps its status), instead
+   BRAID_ERR_PEER_LOST naming it, and so does a rank whose start failed
+   (braid__start_failed; a wrong setting keeps its status), instead
    of the start waiting out its deadline. Backends call it between short waits for their peers. */
 braid_status braid__start_check(braid_comm *c, const char *during);
 
-/* Its start failed on this rank with st: the world's other ranks are told
-   why (their start checks fail at once, naming this rank and the cause),
+/* Its start failed on this rank with st: c's other ranks are told why
+   (their start checks fail at once, naming this rank and the cause),
    unless the cause was a timeout, a lost peer or another rank's failure,
    which they see for themselves. */
 void braid__start_failed(braid_comm *c, braid_status st);

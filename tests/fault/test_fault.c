@@ -508,6 +508,52 @@ static int tiny_case(void) {
   return bt_run_ranks_manual(&o, body_tiny_shm, NULL, NULL);
 }
 
+/* A split whose child cannot start on one rank, which stays alive: /dev/shm
+   is filled after init, so the child's rank 0 cannot make its segment. The
+   other ranks' splits fail within a few seconds with its sentence, instead
+   of waiting out BRAID_TIMEOUT for the segment. */
+#define FILL_PATH "/dev/shm/braid-test-fill"
+
+static void fill_dev_shm(void) {
+  int fd = open(FILL_PATH, O_CREAT | O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0) return;
+  off_t at = 0;
+  for (off_t step = 1 << 20; step >= 4096; step /= 16)
+    while (posix_fallocate(fd, at, step) == 0) at += step;
+  close(fd);
+}
+
+static int body_split_start_fail(braid_comm *c, int rank, int n, void *arg) {
+  (void)n, (void)arg;
+  if (rank == 0) fill_dev_shm();
+  BT_CHECK_OK(braid_barrier(c), c);
+  double t0 = now_s();
+  braid_comm *child = NULL;
+  braid_status st = braid_split(c, 0, 0, &child);
+  double t = now_s() - t0;
+  if (rank == 0) {
+    BT_CHECK(st == BRAID_ERR_NO_MEMORY && !child, "rank 0: split in a full /dev/shm gave %s: %s",
+             braid_status_string(st), braid_last_error(c));
+    BT_CHECK_MSG(c, "--shm-size");
+    while (now_s() - t0 < 3.0) usleep(20000); /* alive while the others look */
+    unlink(FILL_PATH);
+  } else {
+    BT_CHECK(st == BRAID_ERR_PEER_LOST && !child, "rank %d: split gave %s: %s", rank, braid_status_string(st),
+             braid_last_error(c));
+    BT_CHECK_MSG(c, "rank 0 could not start: ");
+    BT_CHECK_MSG(c, "--shm-size");
+    fprintf(stderr, "fault-time: shm split-start-failure rank %d %.3f s\n", rank, t);
+    BT_CHECK(t < 2.0, "rank %d's split failed after %.2f s", rank, t);
+  }
+  return 0;
+}
+
+static int split_fail_case(void) {
+  static const char *const env[] = {"BRAID_SHM_BUFFER=64K", "BRAID_TIMEOUT=60", NULL};
+  bt_run_opts o = {"shm", 3, 120, env, -1};
+  return bt_run_ranks_ex(&o, body_split_start_fail, NULL, NULL);
+}
+
 static int test_small_dev_shm(void) {
   const char *names[8];
   int maxr[8], nb = bt_backends(names, maxr, 8), have = 0;
@@ -516,7 +562,8 @@ static int test_small_dev_shm(void) {
   int rc = in_small_shm(64, small_case);
   if (rc == 2) return BT_SKIP;
   if (rc) return 1;
-  return in_small_shm(8, tiny_case) != 0;
+  if (in_small_shm(8, tiny_case)) return 1;
+  return in_small_shm(16, split_fail_case) != 0;
 }
 
 /* ---------------------------------------------------------------- bad size parameters */

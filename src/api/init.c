@@ -105,22 +105,25 @@ static braid_status choose_auto(braid_comm *c, const braid__backend **ops) {
 /* One "NAME=value" line of settings text s: the value, or NULL. */
 static const char *setting_of(const char *s, const char *name, size_t *vlen) {
   size_t nl = strlen(name);
-  for (const char *p = s; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
-    if (!strncmp(p, name, nl) && p[nl] == '=') {
-      const char *v = p + nl + 1, *e = strchr(v, '\n');
-      *vlen = e ? (size_t)(e - v) : strlen(v);
-      return v;
+  for (const char *p = s; *p;) {
+    const char *e = strchr(p, '\n');
+    size_t ll = e ? (size_t)(e - p) : strlen(p);
+    if (ll > nl && !strncmp(p, name, nl) && p[nl] == '=') {
+      *vlen = ll - nl - 1;
+      return p + nl + 1;
     }
+    if (!e) break;
+    p = e + 1;
+  }
   return NULL;
 }
 
 /* The settings every rank must share: a rank on another backend, or that
    forces other algorithms, skips the call check the others make or
    composes hier of other parts, would meet the others only at the
-   deadline. The first rank
-   here publishes its settings; each other rank compares its own, and one
-   that differs fails its start, which every rank then learns
-   (braid__start_failed). */
+   deadline. The first rank here publishes its settings; each other rank
+   compares its own, and one that differs fails its start, which every
+   rank then learns (braid__start_failed). */
 static braid_status agree_settings(braid_comm *c, const braid__backend *ops) {
   braid__store *store = c->boot ? c->boot->store : NULL;
   if (!store || c->size < 2) return BRAID_OK;

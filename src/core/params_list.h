@@ -44,10 +44,10 @@
     "seconds braid_destroy spends completing pending operations before abandoning them")                              \
   X(ALGO, "BRAID_ALGO", STRING, NULL,                                                                                 \
     "per-collective algorithm override, e.g. allreduce=ring,broadcast=tree; names: braid-info; every rank must set "  \
-    "the same (compared at init)")                       \
+    "the same (compared at init)")                                                                                    \
   X(CHECK, "BRAID_CHECK", INT, "1",                                                                                   \
     "1 checks on every collective that all ranks made the same call (op, dtype, count, root/op) and fails with "      \
-    "BRAID_ERR_MISMATCH naming both calls; 0 turns the check off; every rank must set the same (compared at init)")                                                    \
+    "BRAID_ERR_MISMATCH naming both calls; 0 turns the check off; every rank must set the same (compared at init)")  \
   X(LOG, "BRAID_LOG", STRING, "warn", "log level: error, warn, info, debug, trace (or off)")                          \
   X(LOG_SUBSYS, "BRAID_LOG_SUBSYS", STRING, "all",                                                                    \
     "comma list of subsystems to log: init, coll, p2p, shm, tcp, boot, env")                                          \
@@ -55,9 +55,11 @@
   X(NODE_ID, "BRAID_NODE_ID", STRING, NULL,                                                                           \
     "the node this rank is on, for hier and auto (unset: host name and boot id); set it to simulate nodes on one "   \
     "host")                                                                                                           \
-  X(HIER_INTRA, "BRAID_HIER_INTRA", STRING, "shm", "hier backend: the backend inside a node (shm, tcp, or nccl for device memory); the same on every rank "         \
+  X(HIER_INTRA, "BRAID_HIER_INTRA", STRING, "shm",                                                                    \
+    "hier backend: the backend inside a node (shm, tcp, or nccl for device memory); the same on every rank "          \
     "(compared at init)")                                                                                             \
-  X(HIER_INTER, "BRAID_HIER_INTER", STRING, "tcp", "hier backend: the backend between nodes; the same on every rank (compared at init)")                             \
+  X(HIER_INTER, "BRAID_HIER_INTER", STRING, "tcp",                                                                    \
+    "hier backend: the backend between nodes; the same on every rank (compared at init)")                            \
   X(HIER_PIECE, "BRAID_HIER_PIECE", SIZE, "4M",                                                                       \
     "hier over nccl: large between-node stages go through host memory in pieces of about this many bytes, the device " \
     "copies of one piece overlapping the network transfer of another (0: one piece; rank 0's value counts)")                                 \

@@ -138,7 +138,7 @@ void braid__start_failed(braid_comm *c, braid_status st) {
 }
 
 braid_status braid__start_get(braid_comm *c, const char *key, void **val, size_t *len, double deadline,
-                              const char *during) {
+                              const char *what, const char *during) {
   braid__store *store = c->boot->store;
   braid_status st;
   while ((st = braid__store_get(store, key, val, len, fmin(deadline, braid__now() + 0.1))) == BRAID_ERR_TIMEOUT &&
@@ -146,7 +146,8 @@ braid_status braid__start_get(braid_comm *c, const char *key, void **val, size_t
     braid_status dead = braid__start_check(c, during);
     if (dead) return dead;
   }
-  return st;
+  if (st) return braid__fail(c, BRAID_ERR_BOOTSTRAP, "could not learn %s: %s", what, braid__store_error(store));
+  return BRAID_OK;
 }
 
 braid_status braid__comm_sub(braid_comm *parent, const braid__backend *ops, const int *members, int n, int newrank,

@@ -28,8 +28,9 @@ braid_status braid__comm_sub(braid_comm *parent, const braid__backend *ops, cons
 /* While c starts (init or split): a rank of its scope (see braid_comm.scope)
    whose process has exited on this host fails the start for this rank with
    BRAID_ERR_PEER_LOST naming it, and so does a rank whose start failed
-   (braid__start_failed; a wrong setting keeps its status), instead
-   of the start waiting out its deadline. Backends call it between short waits for their peers. */
+   (braid__start_failed; a wrong setting keeps its status), instead of the
+   start waiting out its deadline. Backends call it between short waits for
+   their peers. */
 braid_status braid__start_check(braid_comm *c, const char *during);
 
 /* Its start failed on this rank with st: c's other ranks are told why
@@ -39,10 +40,11 @@ braid_status braid__start_check(braid_comm *c, const char *during);
 void braid__start_failed(braid_comm *c, braid_status st);
 
 /* braid__store_get of key in c's namespace, with a start check between
-   short waits: a peer that died or failed its start ends the wait at once
-   (that failure is returned, already recorded on c). */
+   short waits: a peer that died or failed its start ends the wait at once.
+   Every failure is recorded on c; a store that fails or stays silent until
+   deadline is BRAID_ERR_BOOTSTRAP, "could not learn <what>: <why>". */
 braid_status braid__start_get(braid_comm *c, const char *key, void **val, size_t *len, double deadline,
-                              const char *during);
+                              const char *what, const char *during);
 
 /* Frees a communicator made by braid__comm_sub or braid_init (called
    without its lock): bounded completion of pending work (timeout_s; < 0:

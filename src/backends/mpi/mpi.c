@@ -248,24 +248,28 @@ static braid_status state_new(braid_comm *c, MPI_Comm base, int provided) {
   for (int i = 0; i < COLL_NMODES; i++)
     if (!strcmp(mode, COLL_NAMES[i])) s->coll = i;
   /* So must the forced algorithms and the call check (the core's
-     settings, compared through the store on the other backends). */
-  char algo[400];
-  braid__algo_spec(c->algo, algo, sizeof algo);
-  uint32_t h = 2166136261u;
-  for (const char *p = algo; *p; p++) h = (h ^ (unsigned char)*p) * 16777619u;
-  int ah = (int)(h & 0x7fffffff);
-  int agree[6] = {s->coll, -s->coll, ah, -ah, c->check, -c->check};
-  rc = MPI_Allreduce(MPI_IN_PLACE, agree, 6, MPI_INT, MPI_MAX, s->comm);
+     settings, compared through the store on the other backends): each
+     value beside its negation, so one MPI_MAX tells max and min. */
+  int agree[2 * (2 + BRAID__COLL_NKINDS)];
+  int vals[2 + BRAID__COLL_NKINDS] = {s->coll, c->check};
+  for (int k = 0; k < BRAID__COLL_NKINDS; k++) vals[2 + k] = c->algo[k];
+  for (int i = 0; i < 2 + BRAID__COLL_NKINDS; i++) agree[2 * i] = vals[i], agree[2 * i + 1] = -vals[i];
+  rc = MPI_Allreduce(MPI_IN_PLACE, agree, 2 * (2 + BRAID__COLL_NKINDS), MPI_INT, MPI_MAX, s->comm);
   if (rc) return mpi_fail(c, "MPI_Allreduce", rc);
+  int algo_differs = 0;
+  for (int k = 0; k < BRAID__COLL_NKINDS; k++) algo_differs |= agree[4 + 2 * k] != -agree[5 + 2 * k];
   if (s->coll < 0)
     return braid__fail(c, BRAID_ERR_INVALID_ARG, "BRAID_MPI_COLL is \"%s\": expected auto, native or generic", mode);
   if (agree[0] != -agree[1])
     return braid__fail(c, BRAID_ERR_INVALID_ARG,
                        "BRAID_MPI_COLL differs between ranks (%s here): every rank must choose alike", mode);
-  if (agree[2] != -agree[3])
+  if (algo_differs) {
+    char algo[400];
+    braid__algo_spec(c->algo, algo, sizeof algo);
     return braid__fail(c, BRAID_ERR_INVALID_ARG,
                        "BRAID_ALGO differs between ranks (\"%s\" here): every rank must set it alike", algo);
-  if (agree[4] != -agree[5])
+  }
+  if (agree[2] != -agree[3])
     return braid__fail(c, BRAID_ERR_INVALID_ARG,
                        "BRAID_CHECK differs between ranks (%d here): every rank must set it alike", c->check);
   s->hdr_buf = malloc(sizeof(wire) * (size_t)c->size);

@@ -421,13 +421,9 @@ static braid_status shm_init(braid_comm *c) {
     if (store) {
       void *v = NULL;
       size_t vlen = 0;
-      st = braid__start_get(c, key, &v, &vlen, deadline,
+      st = braid__start_get(c, key, &v, &vlen, deadline, "the segment name from rank 0",
                             "the start of a communicator, while rank 0 created the shared-memory segment");
-      if (st && !atomic_load(&c->failed) && !c->start_relayed)
-        st = braid__fail(c, BRAID_ERR_BOOTSTRAP, "could not learn the segment name from rank 0: %s",
-                         braid__store_error(store));
-      else if (!st)
-        snprintf(name, sizeof name, "%.*s", (int)(vlen < sizeof name ? vlen : sizeof name - 1), (char *)v);
+      if (!st) snprintf(name, sizeof name, "%.*s", (int)(vlen < sizeof name ? vlen : sizeof name - 1), (char *)v);
       free(v);
     }
     if (!st) st = seg_open(c, s, name, deadline);

@@ -26,8 +26,8 @@
 
 /* Without a job token, the first rank to start draws a secret and
    publishes it in the store (a loopback-only store then: only this host's
-   processes read it). The world and its split children share it: one entry per world,
-   found by the bootstrap state they share. */
+   processes read it). The world and its split children share it: one
+   entry per world, found by the bootstrap state they share. */
 struct tcp_keyref {
   tcp_keyref *next;
   const void *owner;

@@ -182,7 +182,10 @@ static braid_status seg_open(braid_comm *c, shm_state *s, const char *name, doub
     int fd = shm_open(name, O_RDWR, 0);
     if (fd >= 0) {
       struct stat sb;
-      if (fstat(fd, &sb) == 0 && sb.st_size >= (off_t)sizeof(shm_hdr)) {
+      /* Mapped only once the creator reserved every page: reading a hole
+         of a full tmpfs is a SIGBUS, and a creator that finds no room
+         shrinks the file and removes it. */
+      if (fstat(fd, &sb) == 0 && sb.st_size >= (off_t)sizeof(shm_hdr) && (off_t)sb.st_blocks * 512 >= sb.st_size) {
         void *p = mmap(NULL, (size_t)sb.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
         close(fd);
         if (p == MAP_FAILED)

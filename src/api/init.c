@@ -241,6 +241,7 @@ braid_status braid_init(const braid_config *cfg, braid_comm **out) {
   } else if (ops && (ops->caps & BRAID__CAP_OWN_WORLD)) {
     /* Rank and size are the backend's (init sets them); no store. */
     c->cfg_handle = def.mpi_comm;
+    c->start_timeout_s = env.init_timeout_s;
   } else {
     st = braid__bootstrap_world(c->rank, c->size, &env, &c->boot, err, sizeof err);
     if (st) braid__fail(c, st, "%s", err);
@@ -255,7 +256,14 @@ braid_status braid_init(const braid_config *cfg, braid_comm **out) {
                      "backend %s connects ranks of one host, but the %d ranks span several hosts (%d on this one)",
                      ops->name, c->size, c->boot->local_size);
   if (!st) st = agree_settings(c, ops);
-  if (!st) st = ops->init(c);
+  if (!st) {
+    st = ops->init(c);
+  } else if (ops && (ops->caps & BRAID__CAP_OWN_WORLD)) {
+    /* No store to tell the others through: the backend starts anyway and
+       its rendezvous carries this rank's failure to them. */
+    c->start_st = st;
+    ops->init(c);
+  }
   if (!st) st = braid__comm_start(c);
   if (st) braid__start_failed(c, st);
   c->call = NULL;

@@ -228,6 +228,8 @@ struct braid_comm {
   int nscope;
   long *scope_pid;    /* their pids as learned while starting (0: not yet, or on another host) */
   int start_relayed;  /* its start failed on another rank's failure (braid__start_check): not told again */
+  braid_status start_st;  /* own-world backend: this rank's start already failed so; its init only tells the others */
+  double start_timeout_s; /* own-world backend: how long its start waits for the others (0: forever) */
 
   pthread_mutex_t lock;   /* serializes calls */
   const char *call;       /* name of the public call in progress (under lock) */

@@ -89,10 +89,8 @@ braid_status braid__start_check(braid_comm *c, const char *during) {
   int n = c->scope ? c->nscope : c->boot->env.world_size, self = world_rank(c, c->rank);
   int origin = -1, ost = 0;
   char why[BRAID_ERRLEN];
-  if (braid__boot_start_failure(c->boot, &origin, &ost, why, sizeof why) && origin != braid__label(c, c->rank)) {
-    c->start_relayed = 1;
-    return braid__fail(c, relayed_status(ost), "rank %d could not start: %s", origin, why);
-  }
+  if (braid__boot_start_failure(c->boot, &origin, &ost, why, sizeof why) && origin != braid__label(c, c->rank))
+    return braid__start_relay(c, origin, ost, why);
   if (n <= 0) return BRAID_OK;
   if (!c->scope_pid && !(c->scope_pid = calloc((size_t)n, sizeof *c->scope_pid))) return BRAID_OK;
   /* Every rank found gone is named: a rank whose own start failed on a
@@ -118,10 +116,7 @@ braid_status braid__start_check(braid_comm *c, const char *during) {
                      dead > 1 ? "are gone (died or ended)" : "died", during);
 }
 
-void braid__start_failed(braid_comm *c, braid_status st) {
-  /* Timeouts and lost peers are the others' to see for themselves. */
-  if (!c->boot || !c->boot->store || c->start_relayed || st == BRAID_ERR_TIMEOUT || st == BRAID_ERR_PEER_LOST)
-    return;
+size_t braid__start_sentence(braid_comm *c, char *out, size_t len) {
   char text[BRAID_ERRLEN];
   pthread_mutex_lock(&c->err_lock);
   snprintf(text, sizeof text, "%s", c->last_error);
@@ -132,9 +127,24 @@ void braid__start_failed(braid_comm *c, braid_status st) {
   if (k && !strncmp(t, c->call, k) && t[k] == ':' && t[k + 1] == ' ') t += k + 2;
   char tail[32];
   int tl = snprintf(tail, sizeof tail, " (rank %d)", braid__label(c, c->rank));
-  size_t len = strlen(t);
-  if (tl > 0 && len >= (size_t)tl && !strcmp(t + len - (size_t)tl, tail)) t[len - (size_t)tl] = 0;
-  braid__boot_say_start_failed(c->boot, braid__label(c, c->rank), (int)st, t[0] ? t : braid_status_string(st));
+  size_t n = strlen(t);
+  if (tl > 0 && n >= (size_t)tl && !strcmp(t + n - (size_t)tl, tail)) t[n - (size_t)tl] = 0;
+  int w = snprintf(out, len, "%s", t);
+  return w > 0 ? (size_t)w : 0;
+}
+
+braid_status braid__start_relay(braid_comm *c, int origin, int st, const char *why) {
+  c->start_relayed = 1;
+  return braid__fail(c, relayed_status(st), "rank %d could not start: %s", origin, why);
+}
+
+void braid__start_failed(braid_comm *c, braid_status st) {
+  /* Timeouts and lost peers are the others' to see for themselves. */
+  if (!c->boot || !c->boot->store || c->start_relayed || st == BRAID_ERR_TIMEOUT || st == BRAID_ERR_PEER_LOST)
+    return;
+  char text[BRAID_ERRLEN];
+  braid__start_sentence(c, text, sizeof text);
+  braid__boot_say_start_failed(c->boot, braid__label(c, c->rank), (int)st, text[0] ? text : braid_status_string(st));
 }
 
 braid_status braid__start_get(braid_comm *c, const char *key, void **val, size_t *len, double deadline,

@@ -39,6 +39,15 @@ braid_status braid__start_check(braid_comm *c, const char *during);
    which they see for themselves. */
 void braid__start_failed(braid_comm *c, braid_status st);
 
+/* Its start failed on this rank: c's last error as the others should read
+   it (without the call's name and this rank's), into out. Returns its length. */
+size_t braid__start_sentence(braid_comm *c, char *out, size_t len);
+
+/* Rank origin's start failed with st, saying why: c's start fails too,
+   naming it (a wrong setting keeps its status; anything else is
+   BRAID_ERR_PEER_LOST), and is not told again. */
+braid_status braid__start_relay(braid_comm *c, int origin, int st, const char *why);
+
 /* braid__store_get of key in c's namespace, with a start check between
    short waits: a peer that died or failed its start ends the wait at once.
    Every failure is recorded on c; a store that fails or stays silent until

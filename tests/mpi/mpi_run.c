@@ -6,7 +6,8 @@
    within BRAID_TIMEOUT, the stalled one hears of it), comm (a communicator
    the application made), auto (braid_init(NULL) picks mpi under mpirun),
    coll (BRAID_MPI_COLL's checks and choices), route (which route auto and
-   BRAID_ALGO give a call). "app": the test calls MPI_Init_thread itself and
+   BRAID_ALGO give a call), startfail (a rank whose start fails, or never
+   comes, ends the others' start with a sentence). "app": the test calls MPI_Init_thread itself and
    braid must not finalize; "braid": braid initializes MPI. Exit 0 on
    success on every rank. */
 #include <mpi.h>
@@ -447,6 +448,81 @@ static int mode_auto(void) {
   return 0;
 }
 
+/* A rank whose braid_init fails before the ranks meet in MPI (a bad core
+   or backend setting on that rank alone) still meets them, and every other
+   rank fails at once naming it and its reason, instead of waiting in MPI
+   for a rank that will not come. A rank that never calls braid_init ends
+   the others' start after BRAID_INIT_TIMEOUT. MPI stays usable after. */
+static int mode_startfail(void) {
+  int wr, wn;
+  MPI_Comm_rank(MPI_COMM_WORLD, &wr);
+  MPI_Comm_size(MPI_COMM_WORLD, &wn);
+  braid_config cfg = BRAID_CONFIG_INIT;
+  cfg.backend = "mpi";
+  static const struct {
+    const char *name, *value, *want;
+    braid_status st;
+  } bad[] = {
+      {"BRAID_TIMEOUT", "soon", "BRAID_TIMEOUT", BRAID_ERR_INVALID_ARG},
+      {"BRAID_ALGO", "allreduce=fastest", "BRAID_ALGO=\"allreduce=fastest\"", BRAID_ERR_INVALID_ARG},
+      {"BRAID_MPI_MAX_COUNT", "0", "BRAID_MPI_MAX_COUNT", BRAID_ERR_INVALID_ARG},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    for (int victim = 0; victim < wn; victim += wn > 1 ? wn - 1 : 1) {
+      if (wr == victim) setenv(bad[i].name, bad[i].value, 1);
+      braid_comm *c = NULL;
+      double t0 = now_s();
+      braid_status st = braid_init(&cfg, &c);
+      double dt = now_s() - t0;
+      const char *e = braid_last_error(NULL);
+      BT_CHECK(st == bad[i].st && !c, "%s=\"%s\" on rank %d gave %s on rank %d: %s", bad[i].name, bad[i].value,
+               victim, braid_status_string(st), wr, e);
+      BT_CHECK(strstr(e, bad[i].want) != NULL, "sentence on rank %d: %s", wr, e);
+      if (wr != victim) {
+        char who[64];
+        snprintf(who, sizeof who, "rank %d could not start: ", victim);
+        BT_CHECK(strstr(e, who) != NULL, "sentence on rank %d does not name rank %d: %s", wr, victim, e);
+        BT_CHECK(dt < 2.0, "rank %d took %.2f s to learn of rank %d's failure", wr, dt, victim);
+        fprintf(stderr, "fault-time: mpi start failure of rank %d (%s) reached rank %d in %.4f s\n", victim,
+                bad[i].name, wr, dt);
+      }
+      if (c) braid_destroy(c);
+      unsetenv(bad[i].name);
+    }
+  }
+  /* The last rank does not come: the others' start ends after
+     BRAID_INIT_TIMEOUT, saying so, on a communicator of the test's (the
+     duplicate MPI could not finish stays pending on it). */
+  if (wn > 1) {
+    MPI_Comm mc;
+    MPI_Comm_dup(MPI_COMM_WORLD, &mc);
+    if (wr != wn - 1) {
+      setenv("BRAID_INIT_TIMEOUT", "1", 1);
+      cfg.mpi_comm = &mc;
+      braid_comm *c = NULL;
+      double t0 = now_s();
+      braid_status st = braid_init(&cfg, &c);
+      double dt = now_s() - t0;
+      const char *e = braid_last_error(NULL);
+      BT_CHECK(st == BRAID_ERR_TIMEOUT && !c, "a missing rank gave %s: %s", braid_status_string(st), e);
+      BT_CHECK(strstr(e, "BRAID_INIT_TIMEOUT") && strstr(e, "has not called braid_init"), "sentence: %s", e);
+      BT_CHECK(dt >= 0.9 && dt < 5.0, "the start ended after %.2f s with BRAID_INIT_TIMEOUT=1", dt);
+      cfg.mpi_comm = NULL;
+      unsetenv("BRAID_INIT_TIMEOUT");
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  /* And a start of the whole job works after all that. */
+  braid_comm *c = NULL;
+  BT_CHECK_OK(braid_init(&cfg, &c), NULL);
+  int v = 1;
+  BT_CHECK_OK(braid_all_reduce(c, &v, 1, BRAID_I32, BRAID_SUM), c);
+  BT_CHECK_OK(braid_sync(c), c);
+  BT_CHECK(v == wn, "sum %d after the failed starts", v);
+  BT_CHECK_OK(braid_destroy(c), NULL);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "matrix";
   int app = argc > 2 && !strcmp(argv[2], "app");
@@ -464,6 +540,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(mode, "auto")) rc = mode_auto();
   else if (!strcmp(mode, "coll")) rc = mode_coll();
   else if (!strcmp(mode, "route")) rc = mode_route();
+  else if (!strcmp(mode, "startfail")) rc = mode_startfail();
   else {
     fprintf(stderr, "mpi_run: unknown mode %s\n", mode);
     rc = 2;

@@ -44,6 +44,7 @@
 #include "backends/backends.h"
 #include "core/params.h"
 #include "core/reduce.h"
+#include "core/subcomm.h"
 #include "core/wait.h"
 #include "os/time.h"
 
@@ -223,20 +224,48 @@ static braid_status post_hdr(braid_comm *c, int q) {
   return rc ? mpi_fail(c, "MPI_Irecv", rc) : BRAID_OK;
 }
 
+/* Waits, with g_lock held, for a request of the start (which every rank
+   makes), until deadline: a rank that failed before it, or never calls
+   braid_init, must not hold the others in MPI for ever. */
+static braid_status start_wait(braid_comm *c, MPI_Request *rq, double deadline, const char *fn) {
+  for (unsigned spin = 0;; spin++) {
+    int flag = 0;
+    int rc = MPI_Test(rq, &flag, MPI_STATUS_IGNORE);
+    if (rc) return mpi_fail(c, fn, rc);
+    if (flag) return BRAID_OK;
+    if (braid__now() >= deadline)
+      return braid__fail(c, BRAID_ERR_TIMEOUT,
+                         "%s did not complete within BRAID_INIT_TIMEOUT (%g s): a rank of the MPI communicator has "
+                         "not called braid_init, or is stuck before it",
+                         fn, c->start_timeout_s);
+    if (spin < 1000) continue;
+    UNLOCK();
+    braid__sleep(spin < 5000 ? 20e-6 : 1e-3);
+    LOCK();
+  }
+}
+
 static braid_status state_new(braid_comm *c, MPI_Comm base, int provided) {
   mpi_state *s = calloc(1, sizeof *s);
   if (!s) return braid__fail(c, BRAID_ERR_NO_MEMORY, "out of memory for the mpi backend");
   c->be = s;
   s->comm = MPI_COMM_NULL;
   s->provided = provided;
+  double deadline = braid__deadline(c->start_timeout_s);
+  /* A failure of this rank's start before here (its settings) still goes
+     through the rendezvous below, which tells the others why. */
+  braid_status own = c->start_st;
   char err[BRAID_ERRLEN];
-  if (braid__param_size(BRAID_P_MPI_MAX_COUNT, 1, INT_MAX, &s->max_count, err, sizeof err))
-    return braid__fail(c, BRAID_ERR_INVALID_ARG, "%s", err);
-  int rc = MPI_Comm_dup(base, &s->comm);
-  if (rc) {
-    s->comm = MPI_COMM_NULL;
-    return mpi_fail(c, "MPI_Comm_dup", rc);
-  }
+  if (!own && braid__param_size(BRAID_P_MPI_MAX_COUNT, 1, INT_MAX, &s->max_count, err, sizeof err))
+    own = braid__fail(c, BRAID_ERR_INVALID_ARG, "%s", err);
+  MPI_Request rq;
+  MPI_Comm dup;
+  int rc = MPI_Comm_idup(base, &dup, &rq);
+  if (rc) return mpi_fail(c, "MPI_Comm_idup", rc);
+  /* A duplicate that never completed is not freed: MPI cannot cancel it. */
+  braid_status st = start_wait(c, &rq, deadline, "MPI_Comm_idup");
+  if (st) return st;
+  s->comm = dup;
   MPI_Comm_set_errhandler(s->comm, MPI_ERRORS_RETURN);
   MPI_Comm_rank(s->comm, &c->rank);
   MPI_Comm_size(s->comm, &c->size);
@@ -249,13 +278,36 @@ static braid_status state_new(braid_comm *c, MPI_Comm base, int provided) {
     if (!strcmp(mode, COLL_NAMES[i])) s->coll = i;
   /* So must the forced algorithms and the call check (the core's
      settings, compared through the store on the other backends): each
-     value beside its negation, so one MPI_MAX tells max and min. */
-  int agree[2 * (2 + BRAID__COLL_NKINDS)];
-  int vals[2 + BRAID__COLL_NKINDS] = {s->coll, c->check};
+     value beside its negation, so one MPI_MAX tells max and min. The last
+     entry is 1 + the highest rank whose start failed already (0: none). */
+  enum { NV = 2 + BRAID__COLL_NKINDS };
+  int agree[2 * NV + 1];
+  int vals[NV] = {s->coll, c->check};
   for (int k = 0; k < BRAID__COLL_NKINDS; k++) vals[2 + k] = c->algo[k];
-  for (int i = 0; i < 2 + BRAID__COLL_NKINDS; i++) agree[2 * i] = vals[i], agree[2 * i + 1] = -vals[i];
-  rc = MPI_Allreduce(MPI_IN_PLACE, agree, 2 * (2 + BRAID__COLL_NKINDS), MPI_INT, MPI_MAX, s->comm);
-  if (rc) return mpi_fail(c, "MPI_Allreduce", rc);
+  for (int i = 0; i < NV; i++) agree[2 * i] = vals[i], agree[2 * i + 1] = -vals[i];
+  agree[2 * NV] = own ? c->rank + 1 : 0;
+  rc = MPI_Iallreduce(MPI_IN_PLACE, agree, 2 * NV + 1, MPI_INT, MPI_MAX, s->comm, &rq);
+  if (rc) return mpi_fail(c, "MPI_Iallreduce", rc);
+  st = start_wait(c, &rq, deadline, "MPI_Iallreduce");
+  if (st) return st;
+  if (agree[2 * NV]) {
+    /* The failed rank's sentence, from it to all: the others fail naming
+       it, as a store relays a start failure on the other backends. */
+    int origin = agree[2 * NV] - 1;
+    struct {
+      int st;
+      char why[BRAID_ERRLEN];
+    } told = {own, ""};
+    if (c->rank == origin && !braid__start_sentence(c, told.why, sizeof told.why))
+      snprintf(told.why, sizeof told.why, "%s", braid_status_string(own));
+    rc = MPI_Ibcast(&told, (int)sizeof told, MPI_BYTE, origin, s->comm, &rq);
+    if (!rc) st = start_wait(c, &rq, deadline, "MPI_Ibcast");
+    if (own) return own; /* its own sentence stands */
+    if (rc) return mpi_fail(c, "MPI_Ibcast", rc);
+    if (st) return st;
+    told.why[sizeof told.why - 1] = 0;
+    return braid__start_relay(c, origin, told.st, told.why);
+  }
   int algo_differs = 0;
   for (int k = 0; k < BRAID__COLL_NKINDS; k++) algo_differs |= agree[4 + 2 * k] != -agree[5 + 2 * k];
   if (s->coll < 0)
@@ -283,7 +335,7 @@ static braid_status state_new(braid_comm *c, MPI_Comm base, int provided) {
   if (!s->hdr_buf || !s->hdr_req || !s->idx || !s->chk || !s->chk64)
     return braid__fail(c, BRAID_ERR_NO_MEMORY, "out of memory for %d peers' header buffers", c->size);
   for (int q = 0; q < c->size; q++) {
-    braid_status st = post_hdr(c, q);
+    st = post_hdr(c, q);
     if (st) return st;
   }
   c->spin_limit = 1024;

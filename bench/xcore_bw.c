@@ -6,6 +6,12 @@
 
      xcore_bw [--both] [SIZE [CHUNK [SLOTS]]]     defaults 1M 256K 8
      xcore_bw --pingpong                           round trip of one cache line
+     xcore_bw --a2a SIZE                           ideal 2-process all-to-all
+
+   --a2a is the memory time of the bytes a 2-rank all-to-all of SIZE bytes
+   per rank must move, with no library in the way: each process copies its
+   own half-block locally and loads the peer's half-block straight from a
+   shared mapping (the single copy CMA gives), one barrier per exchange.
 
    Processes are pinned to CPUs 0 and 1 when the machine has them. The
    round trip tells which way a VM's two vCPUs sit: on the measured VM it is
@@ -129,16 +135,73 @@ static double pingpong(void) {
   return t;
 }
 
+/* Seconds per ideal 2-process all-to-all of size bytes per process. */
+static double a2a(size_t size) {
+  size_t half = size / 2;
+  char *send = mmap(NULL, 2 * size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  _Atomic long *bar = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (send == MAP_FAILED || bar == MAP_FAILED) {
+    perror("xcore_bw: mmap");
+    exit(1);
+  }
+  int iters = (int)(2e9 / (double)size);
+  if (iters > 20000) iters = 20000;
+  if (iters < 5) iters = 5;
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  pid_t p = fork();
+  if (p < 0) {
+    perror("xcore_bw: fork");
+    exit(1);
+  }
+  int me = p == 0;
+  if (ncpu >= 2) pin(me);
+  char *mine = send + (size_t)me * size, *peer = send + (size_t)(1 - me) * size;
+  char *recv = aligned_alloc(4096, size);
+  if (!recv) {
+    fprintf(stderr, "xcore_bw: out of memory\n");
+    exit(1);
+  }
+  memset(mine, me + 1, size); /* each sends from memory it wrote, as an application does */
+  memset(recv, 0, size);
+  double t0 = 0;
+  for (long it = 0; it < iters + 2; it++) {
+    if (it == 2) t0 = now();
+    /* Block me of mine stays, block me of the peer's comes over. */
+    memcpy(recv + (size_t)me * half, mine + (size_t)me * half, half);
+    memcpy(recv + (size_t)(1 - me) * half, peer + (size_t)me * half, half);
+    atomic_fetch_add_explicit(&bar[me * 16], 1, memory_order_acq_rel);
+    while (atomic_load_explicit(&bar[(1 - me) * 16], memory_order_acquire) < it + 1) relax();
+  }
+  double t = (now() - t0) / iters;
+  free(recv);
+  if (me == 1) _exit(0);
+  int st;
+  waitpid(p, &st, 0);
+  return t;
+}
+
 int main(int argc, char **argv) {
   int both = 0, a = 1;
   if (a < argc && !strcmp(argv[a], "--pingpong")) {
     printf("round trip %.1f ns\n", pingpong());
     return 0;
   }
+  if (a + 1 < argc && !strcmp(argv[a], "--a2a")) {
+    size_t size = parse_size(argv[a + 1]);
+    if (size < 2) {
+      fprintf(stderr, "xcore_bw: --a2a SIZE must be at least 2 bytes\n");
+      return 2;
+    }
+    double t = a2a(size);
+    printf("all-to-all size %zu per process: %.2f us per exchange, %.2f GB/s per process\n", size, t * 1e6,
+           (double)size / t / 1e9);
+    return 0;
+  }
   if (a < argc && !strcmp(argv[a], "--both")) both = 1, a++;
   if (a < argc && (!strcmp(argv[a], "-h") || !strcmp(argv[a], "--help"))) {
     printf("usage: xcore_bw [--both] [SIZE [CHUNK [SLOTS]]]   (defaults 1M 256K 8; K, M, G suffixes)\n"
-           "       xcore_bw --pingpong                         (cache-line round trip between the two CPUs)\n");
+           "       xcore_bw --pingpong                         (cache-line round trip between the two CPUs)\n"
+           "       xcore_bw --a2a SIZE                         (ideal 2-process all-to-all of SIZE bytes each)\n");
     return 0;
   }
   size_t size = a < argc ? parse_size(argv[a++]) : (size_t)1 << 20;

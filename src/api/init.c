@@ -235,8 +235,11 @@ braid_status braid_init(const braid_config *cfg, braid_comm **out) {
   }
   pthread_mutex_lock(&c->lock);
   c->call = "braid_init";
-  if (ops && (ops->caps & BRAID__CAP_SINGLE_RANK) && c->size > 1) {
-    /* A rendezvous would only delay the refusal. */
+  /* A one-rank backend in a larger world: refused after the rendezvous, as
+     a backend this build lacks is, so that the others learn why; at once
+     when there is no store to meet at. */
+  int one_rank_only = ops && (ops->caps & BRAID__CAP_SINGLE_RANK) && c->size > 1;
+  if (one_rank_only && env.store_owner == BRAID__STORE_NONE) {
     st = braid__fail(c, BRAID_ERR_INVALID_ARG, "backend %s supports world size 1 only, not %d", ops->name, c->size);
   } else if (ops && (ops->caps & BRAID__CAP_OWN_WORLD)) {
     /* Rank and size are the backend's (init sets them); no store. */
@@ -247,6 +250,8 @@ braid_status braid_init(const braid_config *cfg, braid_comm **out) {
     if (st) braid__fail(c, st, "%s", err);
   }
   if (!st && !ops) st = braid__fail(c, missing_st, "%s", missing);
+  if (!st && one_rank_only)
+    st = braid__fail(c, BRAID_ERR_INVALID_ARG, "backend %s supports world size 1 only, not %d", ops->name, c->size);
   /* Read after the rendezvous: a bad value then fails the other ranks'
      starts at once with this rank's sentence (braid__start_failed). */
   if (!st) st = read_settings(c, &def);
@@ -275,7 +280,8 @@ braid_status braid_init(const braid_config *cfg, braid_comm **out) {
     /* A store this rank hosts stays up a little for the others to read why
        the start failed (they leave within a start check's 0.1 s), unless
        they timed out or died. */
-    braid__bootstrap_free(c->boot, st == BRAID_ERR_TIMEOUT || st == BRAID_ERR_PEER_LOST ? 0 : 5);
+    braid__bootstrap_free(c->boot,
+                          st == BRAID_ERR_TIMEOUT || st == BRAID_ERR_PEER_LOST ? 0 : BRAID__BOOT_FAILED_LINGER_S);
     braid__comm_free(c);
     return st;
   }

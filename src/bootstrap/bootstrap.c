@@ -148,9 +148,22 @@ static void describe_missing(const int *present, int n, char *out, size_t len) {
   }
 }
 
+static int read_start_failure(braid__boot *b, int *rank, int *status, char *text, size_t len);
+
+/* How often a wait of the rendezvous looks for a rank's start failure. */
+#define FAILURE_POLL_S 0.1
+/* How long a rank whose start failed before it registered tries to reach
+   the store to say why: the store is up by then in a job that started. */
+#define EARLY_TELL_S 2.0
+
 /* Waits for every rank/<r> key, in batches the store accepts; on timeout
-   present[] says who joined (later batches checked without waiting). */
-static braid_status wait_all(braid__store *st, int n, double deadline, int *present) {
+   present[] says who joined (later batches checked without waiting). A rank that
+   could not start and said so (braid__boot_say_start_failed, before it
+   registered) ends the wait at once: BRAID_ERR_PEER_LOST, with *origin set
+   to that rank (-1 otherwise) and its status and sentence. */
+static braid_status wait_all(braid__boot *b, int n, double deadline, int *present, int *origin, int *ost,
+                             char *why, size_t whylen) {
+  *origin = -1;
   char(*names)[24] = malloc(sizeof *names * (size_t)(n < WAIT_BATCH ? n : WAIT_BATCH));
   const char **keys = malloc(sizeof *keys * (size_t)(n < WAIT_BATCH ? n : WAIT_BATCH));
   if (!names || !keys) {
@@ -165,9 +178,20 @@ static braid_status wait_all(braid__store *st, int n, double deadline, int *pres
       snprintf(names[i], sizeof names[i], "rank/%d", base + i);
       keys[i] = names[i];
     }
-    /* After one timeout, later batches are only checked. */
-    braid_status s = braid__store_wait(st, keys, m, result == BRAID_ERR_TIMEOUT ? braid__now() : deadline,
-                                       present + base);
+    braid_status s;
+    for (;;) {
+      /* After one timeout, later batches are only checked. */
+      double until = result == BRAID_ERR_TIMEOUT ? braid__now() : braid__now() + FAILURE_POLL_S;
+      if (until > deadline) until = deadline;
+      s = braid__store_wait(b->store, keys, m, until, present + base);
+      if (s != BRAID_ERR_TIMEOUT || until >= deadline || result == BRAID_ERR_TIMEOUT) break;
+      int r = -1;
+      if (read_start_failure(b, &r, ost, why, whylen) && r != b->rank) {
+        *origin = r;
+        s = BRAID_ERR_PEER_LOST;
+        break;
+      }
+    }
     if (s == BRAID_OK) {
       for (int i = 0; i < m; i++) present[base + i] = 1;
     } else if (s == BRAID_ERR_TIMEOUT) {
@@ -231,13 +255,13 @@ braid_status braid__bootstrap_world(int rank, int size, const braid__launch_env 
   char why[512];
   braid_status st = BRAID_OK;
 
-  /* A wrong interface name should fail now, not when a backend first listens. */
+  /* A wrong interface name fails now, not when a backend first listens
+     (the others are told, below). */
+  braid_status early = BRAID_OK;
+  char early_why[512] = "";
   if (env->ifname[0]) {
     char a[64];
-    if ((st = braid__iface_addr(env->ifname, a, sizeof a, why, sizeof why))) {
-      free_boot(b);
-      return braid__errf(st, err, errlen, "%s", why);
-    }
+    early = braid__iface_addr(env->ifname, a, sizeof a, early_why, sizeof early_why);
   }
   if (env->store_owner != BRAID__STORE_NONE && size == 1) {
     /* One rank meets no one: hosting or dialling a store would only add ways
@@ -247,6 +271,12 @@ braid_status braid__bootstrap_world(int rank, int size, const braid__launch_env 
     BLOG_INFO(BRAID_SUB_BOOT, rank, "world size 1: no rendezvous needed, so the store at %s (from %s) is not used",
               where, env->store_from);
     b->env.store_owner = BRAID__STORE_NONE;
+  }
+  if (early && (b->env.store_owner == BRAID__STORE_NONE || (b->env.store_owner == BRAID__STORE_RANK0 && rank == 0))) {
+    /* No one to tell, or this rank would host the store the others are
+       waiting to reach (they say rank 0 has not started it). */
+    free_boot(b);
+    return braid__errf(early, err, errlen, "%s", early_why);
   }
   if (b->env.store_owner == BRAID__STORE_NONE) {
     if (size > 1) {
@@ -285,6 +315,18 @@ braid_status braid__bootstrap_world(int rank, int size, const braid__launch_env 
     snprintf(b->job_prefix, sizeof b->job_prefix, "braid/%s/w%d.%u/", env->job_id[0] ? env->job_id : "job", size,
              inc);
   snprintf(b->prefix, sizeof b->prefix, "%s", b->job_prefix);
+
+  if (early) {
+    /* This rank will not register, so the others would wait for it until
+       their deadline: when it can reach the store soon it tells them why,
+       as a rank whose start fails after the rendezvous does. */
+    char ignored[512];
+    double soon = braid__now() + EARLY_TELL_S;
+    if (!connect_store(b, tok, toklen, soon < deadline ? soon : deadline, where, ignored, sizeof ignored))
+      braid__boot_say_start_failed(b, rank, (int)early, early_why);
+    release(b, 0); /* its goodbye lets a hosting rank 0 stop the store without waiting for it */
+    return braid__errf(early, err, errlen, "%s", early_why);
+  }
 
   if (b->hosting) {
     /* A loopback address is bound as such; otherwise every interface (which the
@@ -375,7 +417,14 @@ braid_status braid__bootstrap_world(int rank, int size, const braid__launch_env 
     free_boot(b);
     return braid__errf(BRAID_ERR_NO_MEMORY, err, errlen, "out of memory for %d ranks' rendezvous", size);
   }
-  st = wait_all(b->store, size, deadline, present);
+  int origin = -1, ost = 0;
+  st = wait_all(b, size, deadline, present, &origin, &ost, why, sizeof why);
+  if (origin >= 0) {
+    free(present);
+    /* Rank 0 keeps the store up until the others have read why. */
+    release(b, BRAID__BOOT_FAILED_LINGER_S);
+    return braid__errf(braid__boot_relayed_status(ost), err, errlen, "rank %d could not start: %s", origin, why);
+  }
   if (st == BRAID_ERR_TIMEOUT) {
     int joined = 0;
     for (int r = 0; r < size; r++) joined += present[r];
@@ -493,6 +542,11 @@ static void to_own(braid__boot *b, int switched) {
 
 #define START_FAILED_KEY "start/failed"
 
+braid_status braid__boot_relayed_status(int status) {
+  return status == BRAID_ERR_INVALID_ARG || status == BRAID_ERR_UNSUPPORTED ? (braid_status)status
+                                                                             : BRAID_ERR_PEER_LOST;
+}
+
 void braid__boot_say_start_failed(braid__boot *b, int rank, int status, const char *text) {
   if (!b || !b->store) return;
   char val[640];
@@ -603,7 +657,7 @@ braid_status braid__iface_addr(const char *ifname, char *addr, size_t addrlen, c
     freeifaddrs(ifs);
     snprintf(err, errlen, "BRAID_IFNAME=\"%s\" names no network interface; interfaces here: %s", ifname,
              names[0] ? names : "(none)");
-    return BRAID_ERR_BOOTSTRAP;
+    return BRAID_ERR_INVALID_ARG;
   }
   freeifaddrs(ifs);
   if (!have4 && !have6) {

@@ -95,6 +95,15 @@ int braid__boot_peek(braid__boot *b, const char *key, void **val, size_t *len, d
 void braid__boot_say_start_failed(braid__boot *b, int rank, int status, const char *text);
 int braid__boot_start_failure(braid__boot *b, int *rank, int *status, char *text, size_t len);
 
+/* The status the other ranks take for a start failure relayed to them: a
+   wrong setting or build (BRAID_ERR_INVALID_ARG, BRAID_ERR_UNSUPPORTED) is
+   wrong for every rank alike; any other cause is their peer lost. */
+braid_status braid__boot_relayed_status(int status);
+
+/* After a failed start, how long a rank hosting the store keeps it up for
+   the others to read why and leave (braid__bootstrap_free's timeout). */
+#define BRAID__BOOT_FAILED_LINGER_S 5.0
+
 /* The pid world rank w registered (rank/<w> in the world's namespace), read
    without waiting; 0 when it has not registered yet, runs on another host or
    the store cannot say.

@@ -78,12 +78,6 @@ static braid_status scope(braid_comm *child, const braid_comm *parent, const int
   return BRAID_OK;
 }
 
-/* The statuses a relayed start failure keeps: the job's settings or build
-   are wrong for every rank alike. Any other cause is this rank's peer lost. */
-static braid_status relayed_status(int st) {
-  return st == BRAID_ERR_INVALID_ARG || st == BRAID_ERR_UNSUPPORTED ? (braid_status)st : BRAID_ERR_PEER_LOST;
-}
-
 braid_status braid__start_check(braid_comm *c, const char *during) {
   if (!c->boot || !c->boot->store) return BRAID_OK;
   int n = c->scope ? c->nscope : c->boot->env.world_size, self = world_rank(c, c->rank);
@@ -135,7 +129,7 @@ size_t braid__start_sentence(braid_comm *c, char *out, size_t len) {
 
 braid_status braid__start_relay(braid_comm *c, int origin, int st, const char *why) {
   c->start_relayed = 1;
-  return braid__fail(c, relayed_status(st), "rank %d could not start: %s", origin, why);
+  return braid__fail(c, braid__boot_relayed_status(st), "rank %d could not start: %s", origin, why);
 }
 
 void braid__start_failed(braid_comm *c, braid_status st) {

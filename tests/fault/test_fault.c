@@ -652,7 +652,7 @@ static int start_fail_on(const char *backend, int n) {
   const char *own = !strcmp(backend, "tcp") ? "BRAID_TCP_NSOCKS" : "BRAID_SHM_BUFFER";
   const char *bad = !strcmp(backend, "tcp") ? "0" : "-1";
   const char *other = !strcmp(backend, "tcp") ? "shm" : "tcp";
-  for (int i = 0; i < 7; i++) {
+  for (int i = 0; i < 9; i++) {
     start_case k = {i % 2 ? 0 : n - 1, "BRAID_ALGO", "allreduce=ring", "BRAID_ALGO differs between ranks", 1, 0};
     if (i >= 2) {
       k.name = own;
@@ -670,6 +670,13 @@ static int start_fail_on(const char *backend, int n) {
     }
     if (i == 6) { /* a backend this build lacks */
       k = (start_case){n - 1, "BRAID_BACKEND", "nosuch", "unknown backend \"nosuch\"", 0, 0};
+    }
+    if (i == 7) { /* found before the rank registers: it tells the others without meeting them */
+      k = (start_case){n - 1, "BRAID_IFNAME", "nosuchif0", "BRAID_IFNAME=\"nosuchif0\" names no network interface",
+                       0, 0};
+    }
+    if (i == 8) { /* a one-rank backend */
+      k = (start_case){n - 1, "BRAID_BACKEND", "self", "backend self supports world size 1 only", 0, 0};
     }
     if (k.victim == 0) k.host_port = bt_free_port();
     int before = bt_dead_shm_names(0);

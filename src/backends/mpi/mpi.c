@@ -245,27 +245,30 @@ static braid_status start_wait(braid_comm *c, MPI_Request *rq, double deadline, 
   }
 }
 
-static braid_status state_new(braid_comm *c, MPI_Comm base, int provided) {
-  mpi_state *s = calloc(1, sizeof *s);
-  if (!s) return braid__fail(c, BRAID_ERR_NO_MEMORY, "out of memory for the mpi backend");
-  c->be = s;
-  s->comm = MPI_COMM_NULL;
-  s->provided = provided;
-  double deadline = braid__deadline(c->start_timeout_s);
-  /* A failure of this rank's start before here (its settings) still goes
-     through the rendezvous below, which tells the others why. */
-  braid_status own = c->start_st;
-  char err[BRAID_ERRLEN];
-  if (!own && braid__param_size(BRAID_P_MPI_MAX_COUNT, 1, INT_MAX, &s->max_count, err, sizeof err))
-    own = braid__fail(c, BRAID_ERR_INVALID_ARG, "%s", err);
-  MPI_Request rq;
+enum { START_NV = 2 + BRAID__COLL_NKINDS };
+
+/* What the start's non-blocking calls write into. On the heap, and left
+   allocated when one of them does not complete: MPI may write it later. */
+typedef struct start_buf {
   MPI_Comm dup;
-  int rc = MPI_Comm_idup(base, &dup, &rq);
+  int agree[2 * START_NV + 1];
+  struct {
+    int st;
+    char why[BRAID_ERRLEN];
+  } told;
+} start_buf;
+
+/* The ranks meet: MPI duplicates base, and the ranks compare the settings
+   they must share and learn of a rank whose start failed already (own, on
+   this rank). *pending: a call did not complete and still holds sb. */
+static braid_status meet(braid_comm *c, mpi_state *s, MPI_Comm base, braid_status own, start_buf *sb, int *pending) {
+  double deadline = braid__deadline(c->start_timeout_s);
+  MPI_Request rq;
+  int rc = MPI_Comm_idup(base, &sb->dup, &rq);
   if (rc) return mpi_fail(c, "MPI_Comm_idup", rc);
-  /* A duplicate that never completed is not freed: MPI cannot cancel it. */
   braid_status st = start_wait(c, &rq, deadline, "MPI_Comm_idup");
-  if (st) return st;
-  s->comm = dup;
+  if (st) return *pending = 1, st;
+  s->comm = sb->dup;
   MPI_Comm_set_errhandler(s->comm, MPI_ERRORS_RETURN);
   MPI_Comm_rank(s->comm, &c->rank);
   MPI_Comm_size(s->comm, &c->size);
@@ -280,34 +283,31 @@ static braid_status state_new(braid_comm *c, MPI_Comm base, int provided) {
      settings, compared through the store on the other backends): each
      value beside its negation, so one MPI_MAX tells max and min. The last
      entry is 1 + the highest rank whose start failed already (0: none). */
-  enum { NV = 2 + BRAID__COLL_NKINDS };
-  int agree[2 * NV + 1];
-  int vals[NV] = {s->coll, c->check};
+  int *agree = sb->agree;
+  int vals[START_NV] = {s->coll, c->check};
   for (int k = 0; k < BRAID__COLL_NKINDS; k++) vals[2 + k] = c->algo[k];
-  for (int i = 0; i < NV; i++) agree[2 * i] = vals[i], agree[2 * i + 1] = -vals[i];
-  agree[2 * NV] = own ? c->rank + 1 : 0;
-  rc = MPI_Iallreduce(MPI_IN_PLACE, agree, 2 * NV + 1, MPI_INT, MPI_MAX, s->comm, &rq);
+  for (int i = 0; i < START_NV; i++) agree[2 * i] = vals[i], agree[2 * i + 1] = -vals[i];
+  agree[2 * START_NV] = own ? c->rank + 1 : 0;
+  rc = MPI_Iallreduce(MPI_IN_PLACE, agree, 2 * START_NV + 1, MPI_INT, MPI_MAX, s->comm, &rq);
   if (rc) return mpi_fail(c, "MPI_Iallreduce", rc);
   st = start_wait(c, &rq, deadline, "MPI_Iallreduce");
-  if (st) return st;
-  if (agree[2 * NV]) {
+  if (st) return *pending = 1, st;
+  if (agree[2 * START_NV]) {
     /* The failed rank's sentence, from it to all: the others fail naming
        it, as a store relays a start failure on the other backends. */
-    int origin = agree[2 * NV] - 1;
-    struct {
-      int st;
-      char why[BRAID_ERRLEN];
-    } told = {own, ""};
-    if (c->rank == origin && !braid__start_sentence(c, told.why, sizeof told.why))
-      snprintf(told.why, sizeof told.why, "%s", braid_status_string(own));
-    rc = MPI_Ibcast(&told, (int)sizeof told, MPI_BYTE, origin, s->comm, &rq);
-    if (!rc) st = start_wait(c, &rq, deadline, "MPI_Ibcast");
+    int origin = agree[2 * START_NV] - 1;
+    sb->told.st = own;
+    if (c->rank == origin && !braid__start_sentence(c, sb->told.why, sizeof sb->told.why))
+      snprintf(sb->told.why, sizeof sb->told.why, "%s", braid_status_string(own));
+    rc = MPI_Ibcast(&sb->told, (int)sizeof sb->told, MPI_BYTE, origin, s->comm, &rq);
+    if (!rc && (st = start_wait(c, &rq, deadline, "MPI_Ibcast"))) *pending = 1;
     if (own) return own; /* its own sentence stands */
     if (rc) return mpi_fail(c, "MPI_Ibcast", rc);
     if (st) return st;
-    told.why[sizeof told.why - 1] = 0;
-    return braid__start_relay(c, origin, told.st, told.why);
+    sb->told.why[sizeof sb->told.why - 1] = 0;
+    return braid__start_relay(c, origin, sb->told.st, sb->told.why);
   }
+  if (own) return own;
   int algo_differs = 0;
   for (int k = 0; k < BRAID__COLL_NKINDS; k++) algo_differs |= agree[4 + 2 * k] != -agree[5 + 2 * k];
   if (s->coll < 0)
@@ -324,6 +324,28 @@ static braid_status state_new(braid_comm *c, MPI_Comm base, int provided) {
   if (agree[2] != -agree[3])
     return braid__fail(c, BRAID_ERR_INVALID_ARG,
                        "BRAID_CHECK differs between ranks (%d here): every rank must set it alike", c->check);
+  return BRAID_OK;
+}
+
+static braid_status state_new(braid_comm *c, MPI_Comm base, int provided) {
+  mpi_state *s = calloc(1, sizeof *s);
+  if (!s) return braid__fail(c, BRAID_ERR_NO_MEMORY, "out of memory for the mpi backend");
+  c->be = s;
+  s->comm = MPI_COMM_NULL;
+  s->provided = provided;
+  /* A failure of this rank's start before here (its settings) still goes
+     through the meeting, which tells the others why. */
+  braid_status own = c->start_st;
+  char err[BRAID_ERRLEN];
+  if (!own && braid__param_size(BRAID_P_MPI_MAX_COUNT, 1, INT_MAX, &s->max_count, err, sizeof err))
+    own = braid__fail(c, BRAID_ERR_INVALID_ARG, "%s", err);
+  start_buf *sb = calloc(1, sizeof *sb);
+  if (!sb) return braid__fail(c, BRAID_ERR_NO_MEMORY, "out of memory for the mpi backend");
+  int pending = 0;
+  braid_status st = meet(c, s, base, own, sb, &pending);
+  if (pending) s->abandoned = 1; /* the communicator (if made) and sb stay with MPI's call */
+  else free(sb);
+  if (st) return st;
   s->hdr_buf = malloc(sizeof(wire) * (size_t)c->size);
   s->hdr_req = malloc(sizeof(MPI_Request) * (size_t)c->size);
   /* Before any failure return: destroy reads every entry. */

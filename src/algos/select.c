@@ -52,12 +52,12 @@ int braid__algo_supports(int kind, int algo) {
  *  - log-step algorithms (rd, bruck, binomial/knomial trees) need
  *    ceil(log2 n) rounds against the ring's n-1 per phase, so they win while
  *    a round's latency outweighs its bytes: vectors of a few KiB;
- *  - rhd moves the ring's bytes in 2 log2 p rounds, so it wins until a ring
- *    block is large enough (tens of KiB) to amortize a step's latency, and
- *    from 4 ranks, where the ring has 2(n-1) steps against 2 log2 n, up to
- *    blocks of 128 KiB (the one rule measured: docs/PERFORMANCE.md, tcp);
- *    on other world sizes folding sends the whole vector twice more, so the
- *    ring takes over four times sooner;
+ *  - rhd moves the ring's bytes in 2 log2 p rounds, so on power-of-two
+ *    worlds it wins until a ring block is large enough (tens of KiB) to
+ *    amortize a step's latency; at 4 and 8 ranks, where the ring has 2(n-1)
+ *    steps against 2 log2 n, up to blocks of 128 KiB (measured on tcp:
+ *    docs/ALGORITHMS.md); on non-power-of-two sizes folding sends the whole
+ *    vector twice more, so the ring takes over four times sooner;
  *  - a pipelined chain broadcast costs about C + n - 2 chunk times (C
  *    chunks), a binomial tree ceil(log2 n) * C: the chain wins once
  *    C * (ceil(log2 n) - 1) > n - 2.
@@ -76,7 +76,7 @@ typedef struct rule {
 #define KIB ((size_t)1024)
 static const rule TABLE[] = {
     {BRAID__COLL_ALL_REDUCE, BRAID__ALGO_RD, 0, 0, 0, 4 * KIB, 0, "log2 n rounds of the whole vector: latency first", 0},
-    {BRAID__COLL_ALL_REDUCE, BRAID__ALGO_RHD, 1, 0, 4, 0, 128 * KIB, "2 log2 n rounds against the ring's 2(n-1)", 0},
+    {BRAID__COLL_ALL_REDUCE, BRAID__ALGO_RHD, 1, 0, 4, 0, 128 * KIB, "2 log2 n rounds against the ring's 2(n-1)", 8},
     {BRAID__COLL_ALL_REDUCE, BRAID__ALGO_RHD, 1, 0, 0, 0, 32 * KIB, "2 log2 n rounds moving the ring's bytes", 0},
     {BRAID__COLL_ALL_REDUCE, BRAID__ALGO_RHD, 0, 0, 0, 0, 8 * KIB, "folding costs two more whole-vector transfers", 0},
     {BRAID__COLL_ALL_REDUCE, BRAID__ALGO_RING, 0, 0, 0, 0, 0, "2(n-1) pipelined steps, bandwidth-optimal", 0},

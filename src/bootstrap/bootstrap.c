@@ -150,7 +150,7 @@ static void describe_missing(const int *present, int n, char *out, size_t len) {
 
 static int read_start_failure(braid__boot *b, int *rank, int *status, char *text, size_t len);
 
-/* How often a wait of the rendezvous looks for a rank's start failure. */
+/* How soon a wait of the rendezvous first looks for a rank's start failure. */
 #define FAILURE_POLL_S 0.1
 /* How long a rank whose start failed before it registered tries to reach
    the store to say why: the store is up by then in a job that started. */
@@ -159,7 +159,7 @@ static int read_start_failure(braid__boot *b, int *rank, int *status, char *text
 /* Waits for every rank/<r> key, in batches the store accepts; on timeout
    present[] says who joined (later batches checked without waiting). A rank that
    could not start and said so (braid__boot_say_start_failed, before it
-   registered) ends the wait at once: BRAID_ERR_PEER_LOST, with *origin set
+   registered) ends the wait at its next look: BRAID_ERR_PEER_LOST, with *origin set
    to that rank (-1 otherwise) and its status and sentence. */
 static braid_status wait_all(braid__boot *b, int n, double deadline, int *present, int *origin, int *ost,
                              char *why, size_t whylen) {
@@ -179,9 +179,13 @@ static braid_status wait_all(braid__boot *b, int n, double deadline, int *presen
       keys[i] = names[i];
     }
     braid_status s;
+    /* Each poll re-sends the batch's wait: the interval doubles up to a
+       cap that grows with the world, so a large job's store is not flooded. */
+    double poll = FAILURE_POLL_S, cap = n > 256 ? n / 256.0 : 1.0;
     for (;;) {
       /* After one timeout, later batches are only checked. */
-      double until = result == BRAID_ERR_TIMEOUT ? braid__now() : braid__now() + FAILURE_POLL_S;
+      double until = result == BRAID_ERR_TIMEOUT ? braid__now() : braid__now() + poll;
+      poll = poll * 2 < cap ? poll * 2 : cap;
       if (until > deadline) until = deadline;
       s = braid__store_wait(b->store, keys, m, until, present + base);
       if (s != BRAID_ERR_TIMEOUT || until >= deadline || result == BRAID_ERR_TIMEOUT) break;
@@ -272,9 +276,7 @@ braid_status braid__bootstrap_world(int rank, int size, const braid__launch_env 
               where, env->store_from);
     b->env.store_owner = BRAID__STORE_NONE;
   }
-  if (early && (b->env.store_owner == BRAID__STORE_NONE || (b->env.store_owner == BRAID__STORE_RANK0 && rank == 0))) {
-    /* No one to tell, or this rank would host the store the others are
-       waiting to reach (they say rank 0 has not started it). */
+  if (early && b->env.store_owner == BRAID__STORE_NONE) { /* no one to tell */
     free_boot(b);
     return braid__errf(early, err, errlen, "%s", early_why);
   }
@@ -319,10 +321,14 @@ braid_status braid__bootstrap_world(int rank, int size, const braid__launch_env 
   if (early) {
     /* This rank will not register, so the others would wait for it until
        their deadline: when it can reach the store soon it tells them why,
-       as a rank whose start fails after the rendezvous does. */
+       as a rank whose start fails after the rendezvous does. A rank that
+       would host the store cannot (the others say rank 0 has not started
+       it). Either way it has taken this world's incarnation, as the others
+       did, so that a later braid_init meets them again. */
     char ignored[512];
     double soon = braid__now() + EARLY_TELL_S;
-    if (!connect_store(b, tok, toklen, soon < deadline ? soon : deadline, where, ignored, sizeof ignored))
+    if (!b->hosting &&
+        !connect_store(b, tok, toklen, soon < deadline ? soon : deadline, where, ignored, sizeof ignored))
       braid__boot_say_start_failed(b, rank, (int)early, early_why);
     release(b, 0); /* its goodbye lets a hosting rank 0 stop the store without waiting for it */
     return braid__errf(early, err, errlen, "%s", early_why);

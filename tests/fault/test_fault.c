@@ -652,7 +652,7 @@ static int start_fail_on(const char *backend, int n) {
   const char *own = !strcmp(backend, "tcp") ? "BRAID_TCP_NSOCKS" : "BRAID_SHM_BUFFER";
   const char *bad = !strcmp(backend, "tcp") ? "0" : "-1";
   const char *other = !strcmp(backend, "tcp") ? "shm" : "tcp";
-  for (int i = 0; i < 9; i++) {
+  for (int i = 0; i < 10; i++) {
     start_case k = {i % 2 ? 0 : n - 1, "BRAID_ALGO", "allreduce=ring", "BRAID_ALGO differs between ranks", 1, 0};
     if (i >= 2) {
       k.name = own;
@@ -675,10 +675,14 @@ static int start_fail_on(const char *backend, int n) {
       k = (start_case){n - 1, "BRAID_IFNAME", "nosuchif0", "BRAID_IFNAME=\"nosuchif0\" names no network interface",
                        0, 0};
     }
+    if (i == 9) { /* the same, told through the store rank 0 hosts, which then lingers for it */
+      k = (start_case){n - 1, "BRAID_IFNAME", "nosuchif0", "BRAID_IFNAME=\"nosuchif0\" names no network interface",
+                       0, 0};
+    }
     if (i == 8) { /* a one-rank backend */
       k = (start_case){n - 1, "BRAID_BACKEND", "self", "backend self supports world size 1 only", 0, 0};
     }
-    if (k.victim == 0) k.host_port = bt_free_port();
+    if (k.victim == 0 || i == 9) k.host_port = bt_free_port();
     int before = bt_dead_shm_names(0);
     bt_run_opts o = {backend, n, 60, env, -1};
     if (bt_run_ranks_manual(&o, body_start_fail, &k, NULL)) {

@@ -1881,6 +1881,8 @@ static int sim_select(void) {
   CHECK(braid__algo_select(BRAID__COLL_ALL_REDUCE, 256 << 10, 4) == BRAID__ALGO_RHD, "from 4 ranks, rhd longer");
   CHECK(braid__algo_select(BRAID__COLL_ALL_REDUCE, 512 << 10, 4) == BRAID__ALGO_RING, "128 KiB blocks: ring");
   CHECK(braid__algo_select(BRAID__COLL_ALL_REDUCE, 256 << 10, 2) == BRAID__ALGO_RING, "2 ranks: ring sooner");
+  CHECK(braid__algo_select(BRAID__COLL_ALL_REDUCE, 512 << 10, 8) == BRAID__ALGO_RHD, "8 ranks, 64 KiB blocks: rhd");
+  CHECK(braid__algo_select(BRAID__COLL_ALL_REDUCE, 1 << 20, 16) == BRAID__ALGO_RING, "16 ranks, 64 KiB blocks: ring");
   CHECK(braid__algo_select(BRAID__COLL_ALL_REDUCE, 64 << 10, 6) == BRAID__ALGO_RING, "non-power-of-two: ring sooner");
   CHECK(braid__algo_select(BRAID__COLL_BROADCAST, 1024, 4) == BRAID__ALGO_TREE, "small broadcast: tree");
   CHECK(braid__algo_select(BRAID__COLL_BROADCAST, 1024, 16) == BRAID__ALGO_KNOMIAL, "small, many ranks: knomial");

@@ -224,20 +224,23 @@ static braid_status post_hdr(braid_comm *c, int q) {
   return rc ? mpi_fail(c, "MPI_Irecv", rc) : BRAID_OK;
 }
 
-/* Waits, with g_lock held, for a request of the start (which every rank
-   makes), until deadline: a rank that failed before it, or never calls
-   braid_init, must not hold the others in MPI for ever. */
-static braid_status start_wait(braid_comm *c, MPI_Request *rq, double deadline, const char *fn) {
+/* Waits for a request of the start (which every rank makes) until
+   deadline: a rank that failed before it, or never calls braid_init, must
+   not hold the others in MPI for ever. Entered and left with g_lock held;
+   released while it sleeps. quiet: a failure is returned, not recorded
+   (this rank's own start failure is the sentence to keep). */
+static braid_status start_wait(braid_comm *c, MPI_Request *rq, double deadline, const char *fn, int quiet) {
   for (unsigned spin = 0;; spin++) {
     int flag = 0;
     int rc = MPI_Test(rq, &flag, MPI_STATUS_IGNORE);
-    if (rc) return mpi_fail(c, fn, rc);
+    if (rc) return quiet ? BRAID_ERR_BACKEND : mpi_fail(c, fn, rc);
     if (flag) return BRAID_OK;
     if (braid__now() >= deadline)
-      return braid__fail(c, BRAID_ERR_TIMEOUT,
-                         "%s did not complete within BRAID_INIT_TIMEOUT (%g s): a rank of the MPI communicator has "
-                         "not called braid_init, or is stuck before it",
-                         fn, c->start_timeout_s);
+      return quiet ? BRAID_ERR_TIMEOUT
+                   : braid__fail(c, BRAID_ERR_TIMEOUT,
+                                 "%s did not complete within BRAID_INIT_TIMEOUT (%g s): a rank of the MPI "
+                                 "communicator has not called braid_init, or is stuck before it",
+                                 fn, c->start_timeout_s);
     if (spin < 1000) continue;
     UNLOCK();
     braid__sleep(spin < 5000 ? 20e-6 : 1e-3);
@@ -258,20 +261,23 @@ typedef struct start_buf {
   } told;
 } start_buf;
 
-/* The ranks meet: MPI duplicates base, and the ranks compare the settings
-   they must share and learn of a rank whose start failed already (own, on
-   this rank). *pending: a call did not complete and still holds sb. */
+/* The ranks meet on base: they compare the settings they must share and
+   learn of a rank whose start failed already (own, on this rank), and only
+   when all can go on does MPI duplicate base. A rank that never comes then
+   leaves a reduction pending on base, not a duplicate, whose communicator
+   id Open MPI would hold back from later communicators. *pending: a call
+   did not complete and still holds sb. A split child's start has no
+   deadline (its members all entered the split). */
 static braid_status meet(braid_comm *c, mpi_state *s, MPI_Comm base, braid_status own, start_buf *sb, int *pending) {
   double deadline = braid__deadline(c->start_timeout_s);
-  MPI_Request rq;
-  int rc = MPI_Comm_idup(base, &sb->dup, &rq);
-  if (rc) return mpi_fail(c, "MPI_Comm_idup", rc);
-  braid_status st = start_wait(c, &rq, deadline, "MPI_Comm_idup");
-  if (st) return *pending = 1, st;
-  s->comm = sb->dup;
-  MPI_Comm_set_errhandler(s->comm, MPI_ERRORS_RETURN);
-  MPI_Comm_rank(s->comm, &c->rank);
-  MPI_Comm_size(s->comm, &c->size);
+  int me = 0;
+  MPI_Comm_rank(base, &me);
+  /* The sentence as the others should read it, before c->rank changes. */
+  if (own && !braid__start_sentence(c, sb->told.why, sizeof sb->told.why))
+    snprintf(sb->told.why, sizeof sb->told.why, "%s", braid_status_string(own));
+  sb->told.st = own;
+  c->rank = me;
+  MPI_Comm_size(base, &c->size);
   /* Every rank must route each call alike (a rank in MPI's collective
      while another runs braid's would wait for the timeout): the ranks
      compare their choices, and a bad value fails every rank, not one. */
@@ -287,27 +293,24 @@ static braid_status meet(braid_comm *c, mpi_state *s, MPI_Comm base, braid_statu
   int vals[START_NV] = {s->coll, c->check};
   for (int k = 0; k < BRAID__COLL_NKINDS; k++) vals[2 + k] = c->algo[k];
   for (int i = 0; i < START_NV; i++) agree[2 * i] = vals[i], agree[2 * i + 1] = -vals[i];
-  agree[2 * START_NV] = own ? c->rank + 1 : 0;
-  rc = MPI_Iallreduce(MPI_IN_PLACE, agree, 2 * START_NV + 1, MPI_INT, MPI_MAX, s->comm, &rq);
-  if (rc) return mpi_fail(c, "MPI_Iallreduce", rc);
-  st = start_wait(c, &rq, deadline, "MPI_Iallreduce");
-  if (st) return *pending = 1, st;
+  agree[2 * START_NV] = own ? me + 1 : 0;
+  MPI_Request rq;
+  int rc = MPI_Iallreduce(MPI_IN_PLACE, agree, 2 * START_NV + 1, MPI_INT, MPI_MAX, base, &rq);
+  if (rc) return own ? own : mpi_fail(c, "MPI_Iallreduce", rc);
+  braid_status st = start_wait(c, &rq, deadline, "MPI_Iallreduce", own != 0);
+  if (st) return *pending = 1, own ? own : st;
   if (agree[2 * START_NV]) {
     /* The failed rank's sentence, from it to all: the others fail naming
        it, as a store relays a start failure on the other backends. */
     int origin = agree[2 * START_NV] - 1;
-    sb->told.st = own;
-    if (c->rank == origin && !braid__start_sentence(c, sb->told.why, sizeof sb->told.why))
-      snprintf(sb->told.why, sizeof sb->told.why, "%s", braid_status_string(own));
-    rc = MPI_Ibcast(&sb->told, (int)sizeof sb->told, MPI_BYTE, origin, s->comm, &rq);
-    if (!rc && (st = start_wait(c, &rq, deadline, "MPI_Ibcast"))) *pending = 1;
+    rc = MPI_Ibcast(&sb->told, (int)sizeof sb->told, MPI_BYTE, origin, base, &rq);
+    if (!rc && (st = start_wait(c, &rq, deadline, "MPI_Ibcast", own != 0))) *pending = 1;
     if (own) return own; /* its own sentence stands */
     if (rc) return mpi_fail(c, "MPI_Ibcast", rc);
     if (st) return st;
     sb->told.why[sizeof sb->told.why - 1] = 0;
     return braid__start_relay(c, origin, sb->told.st, sb->told.why);
   }
-  if (own) return own;
   int algo_differs = 0;
   for (int k = 0; k < BRAID__COLL_NKINDS; k++) algo_differs |= agree[4 + 2 * k] != -agree[5 + 2 * k];
   if (s->coll < 0)
@@ -324,6 +327,12 @@ static braid_status meet(braid_comm *c, mpi_state *s, MPI_Comm base, braid_statu
   if (agree[2] != -agree[3])
     return braid__fail(c, BRAID_ERR_INVALID_ARG,
                        "BRAID_CHECK differs between ranks (%d here): every rank must set it alike", c->check);
+  rc = MPI_Comm_idup(base, &sb->dup, &rq);
+  if (rc) return mpi_fail(c, "MPI_Comm_idup", rc);
+  st = start_wait(c, &rq, deadline, "MPI_Comm_idup", 0);
+  if (st) return *pending = 1, st;
+  s->comm = sb->dup;
+  MPI_Comm_set_errhandler(s->comm, MPI_ERRORS_RETURN);
   return BRAID_OK;
 }
 

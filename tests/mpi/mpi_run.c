@@ -492,7 +492,7 @@ static int mode_startfail(void) {
   }
   /* The last rank does not come: the others' start ends after
      BRAID_INIT_TIMEOUT, saying so, on a communicator of the test's (the
-     reduction MPI could not finish stays pending on it). */
+     duplicate MPI could not finish stays pending on it). */
   if (wn > 1) {
     MPI_Comm mc;
     MPI_Comm_dup(MPI_COMM_WORLD, &mc);

@@ -261,11 +261,11 @@ typedef struct start_buf {
   } told;
 } start_buf;
 
-/* The ranks meet on base: they compare the settings they must share and
-   learn of a rank whose start failed already (own, on this rank), and only
-   when all can go on does MPI duplicate base. A rank that never comes then
-   leaves a reduction pending on base, not a duplicate, whose communicator
-   id Open MPI would hold back from later communicators. *pending: a call
+/* The ranks meet: MPI duplicates base, and on the duplicate they compare
+   the settings they must share and learn of a rank whose start failed
+   already (own, on this rank). (Reducing on base first, so that a missing
+   rank left no duplicate pending, made MPICH 4.0 assert in its collective
+   scheduler after an earlier communicator had failed.) *pending: a call
    did not complete and still holds sb. A split child's start has no
    deadline (its members all entered the split). */
 static braid_status meet(braid_comm *c, mpi_state *s, MPI_Comm base, braid_status own, start_buf *sb, int *pending) {
@@ -295,15 +295,21 @@ static braid_status meet(braid_comm *c, mpi_state *s, MPI_Comm base, braid_statu
   for (int i = 0; i < START_NV; i++) agree[2 * i] = vals[i], agree[2 * i + 1] = -vals[i];
   agree[2 * START_NV] = own ? me + 1 : 0;
   MPI_Request rq;
-  int rc = MPI_Iallreduce(MPI_IN_PLACE, agree, 2 * START_NV + 1, MPI_INT, MPI_MAX, base, &rq);
+  int rc = MPI_Comm_idup(base, &sb->dup, &rq);
+  if (rc) return own ? own : mpi_fail(c, "MPI_Comm_idup", rc);
+  braid_status st = start_wait(c, &rq, deadline, "MPI_Comm_idup", own != 0);
+  if (st) return *pending = 1, own ? own : st;
+  s->comm = sb->dup;
+  MPI_Comm_set_errhandler(s->comm, MPI_ERRORS_RETURN);
+  rc = MPI_Iallreduce(MPI_IN_PLACE, agree, 2 * START_NV + 1, MPI_INT, MPI_MAX, s->comm, &rq);
   if (rc) return own ? own : mpi_fail(c, "MPI_Iallreduce", rc);
-  braid_status st = start_wait(c, &rq, deadline, "MPI_Iallreduce", own != 0);
+  st = start_wait(c, &rq, deadline, "MPI_Iallreduce", own != 0);
   if (st) return *pending = 1, own ? own : st;
   if (agree[2 * START_NV]) {
     /* The failed rank's sentence, from it to all: the others fail naming
        it, as a store relays a start failure on the other backends. */
     int origin = agree[2 * START_NV] - 1;
-    rc = MPI_Ibcast(&sb->told, (int)sizeof sb->told, MPI_BYTE, origin, base, &rq);
+    rc = MPI_Ibcast(&sb->told, (int)sizeof sb->told, MPI_BYTE, origin, s->comm, &rq);
     if (!rc && (st = start_wait(c, &rq, deadline, "MPI_Ibcast", own != 0))) *pending = 1;
     if (own) return own; /* its own sentence stands */
     if (rc) return mpi_fail(c, "MPI_Ibcast", rc);
@@ -327,12 +333,6 @@ static braid_status meet(braid_comm *c, mpi_state *s, MPI_Comm base, braid_statu
   if (agree[2] != -agree[3])
     return braid__fail(c, BRAID_ERR_INVALID_ARG,
                        "BRAID_CHECK differs between ranks (%d here): every rank must set it alike", c->check);
-  rc = MPI_Comm_idup(base, &sb->dup, &rq);
-  if (rc) return mpi_fail(c, "MPI_Comm_idup", rc);
-  st = start_wait(c, &rq, deadline, "MPI_Comm_idup", 0);
-  if (st) return *pending = 1, st;
-  s->comm = sb->dup;
-  MPI_Comm_set_errhandler(s->comm, MPI_ERRORS_RETURN);
   return BRAID_OK;
 }
 

@@ -22,6 +22,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "size_arg.h"
+
 static double now(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
@@ -58,15 +60,6 @@ static void exchange(int fd, const char *out, char *in, size_t size) {
       } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) die("tcp_xchg: recv");
     }
   }
-}
-
-static size_t parse_size(const char *s) {
-  char *e;
-  double v = strtod(s, &e);
-  if (*e == 'K' || *e == 'k') v *= 1024;
-  else if (*e == 'M' || *e == 'm') v *= 1024 * 1024;
-  else if (*e == 'G' || *e == 'g') v *= 1024.0 * 1024 * 1024;
-  return v > 0 ? (size_t)v : 0;
 }
 
 int main(int argc, char **argv) {

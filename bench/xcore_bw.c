@@ -31,6 +31,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "size_arg.h"
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define relax() _mm_pause()
@@ -56,13 +58,33 @@ static void pin(int cpu) {
   (void)sched_setaffinity(0, sizeof s, &s);
 }
 
-static size_t parse_size(const char *s) {
-  char *e;
-  double v = strtod(s, &e);
-  if (*e == 'K' || *e == 'k') v *= 1024;
-  else if (*e == 'M' || *e == 'm') v *= 1024 * 1024;
-  else if (*e == 'G' || *e == 'g') v *= 1024.0 * 1024 * 1024;
-  return (size_t)v;
+/* Forks the second process; each is pinned to its own CPU when there are
+   two. Returns 0 in the parent (CPU 0) and 1 in the child (CPU 1); the
+   parent's child pid in *child. */
+static int fork_pinned(pid_t *child) {
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  pid_t p = fork();
+  if (p < 0) {
+    perror("xcore_bw: fork");
+    exit(1);
+  }
+  int me = p == 0;
+  if (ncpu >= 2) pin(me);
+  *child = p;
+  return me;
+}
+
+/* The child ends here; the parent waits for it. */
+static void join(int me, pid_t child) {
+  if (me == 1) _exit(0);
+  int st;
+  waitpid(child, &st, 0);
+}
+
+/* Timed repetitions for size bytes: about 2 GB moved, 5 to 20000. */
+static int iters_for(size_t size) {
+  int iters = (int)(2e9 / (double)size);
+  return iters > 20000 ? 20000 : iters < 5 ? 5 : iters;
 }
 
 /* One process: writes its message into its own ring (when it sends) and
@@ -110,14 +132,8 @@ static double pingpong(void) {
     exit(1);
   }
   enum { N = 100000 };
-  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-  pid_t p = fork();
-  if (p < 0) {
-    perror("xcore_bw: fork");
-    exit(1);
-  }
-  int me = p == 0;
-  if (ncpu >= 2) pin(me);
+  pid_t p;
+  int me = fork_pinned(&p);
   double t0 = now();
   for (long i = 0; i < N; i++) {
     if (me == 0) {
@@ -129,9 +145,7 @@ static double pingpong(void) {
     }
   }
   double t = (now() - t0) / N * 1e9;
-  if (me == 1) _exit(0);
-  int st;
-  waitpid(p, &st, 0);
+  join(me, p);
   return t;
 }
 
@@ -144,17 +158,9 @@ static double a2a(size_t size) {
     perror("xcore_bw: mmap");
     exit(1);
   }
-  int iters = (int)(2e9 / (double)size);
-  if (iters > 20000) iters = 20000;
-  if (iters < 5) iters = 5;
-  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-  pid_t p = fork();
-  if (p < 0) {
-    perror("xcore_bw: fork");
-    exit(1);
-  }
-  int me = p == 0;
-  if (ncpu >= 2) pin(me);
+  int iters = iters_for(size);
+  pid_t p;
+  int me = fork_pinned(&p);
   char *mine = send + (size_t)me * size, *peer = send + (size_t)(1 - me) * size;
   char *recv = aligned_alloc(4096, size);
   if (!recv) {
@@ -174,9 +180,7 @@ static double a2a(size_t size) {
   }
   double t = (now() - t0) / iters;
   free(recv);
-  if (me == 1) _exit(0);
-  int st;
-  waitpid(p, &st, 0);
+  join(me, p);
   return t;
 }
 
@@ -212,9 +216,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   chunk = (chunk + 63) & ~(size_t)63;
-  int iters = (int)(2e9 / (double)size);
-  if (iters > 20000) iters = 20000;
-  if (iters < 5) iters = 5;
+  int iters = iters_for(size);
   char *rings[2];
   ring_ctl *ctl[2];
   for (int i = 0; i < 2; i++) {
@@ -226,21 +228,12 @@ int main(int argc, char **argv) {
     }
     memset(rings[i], 0, chunk * (size_t)slots);
   }
-  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-  pid_t p = fork();
-  if (p < 0) {
-    perror("xcore_bw: fork");
-    return 1;
-  }
-  if (p == 0) {
-    if (ncpu >= 2) pin(0);
-    run(0, 1, both, size, chunk, slots, rings, ctl, iters);
-    _exit(0);
-  }
-  if (ncpu >= 2) pin(1);
-  double t = run(1, both, 1, size, chunk, slots, rings, ctl, iters);
-  int st;
-  waitpid(p, &st, 0);
+  /* The child sends (ring 0), the parent receives and reports. */
+  pid_t p;
+  int me = fork_pinned(&p);
+  double t = me == 1 ? run(0, 1, both, size, chunk, slots, rings, ctl, iters)
+                     : run(1, both, 1, size, chunk, slots, rings, ctl, iters);
+  join(me, p);
   printf("%s size %zu chunk %zu slots %ld: %.2f us per message, %.2f GB/s into each receiver\n",
          both ? "both ways" : "one way", size, chunk, slots, t * 1e6, (double)size / t / 1e9);
   return 0;

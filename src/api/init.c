@@ -235,17 +235,15 @@ braid_status braid_init(const braid_config *cfg, braid_comm **out) {
   }
   pthread_mutex_lock(&c->lock);
   c->call = "braid_init";
-  /* A one-rank backend in a larger world: refused after the rendezvous, as
-     a backend this build lacks is, so that the others learn why; at once
-     when there is no store to meet at. */
+  /* A one-rank backend in a larger world is refused after the rendezvous,
+     as a backend this build lacks is, so that the others learn why; at
+     once when there is no store to meet at. */
   int one_rank_only = ops && (ops->caps & BRAID__CAP_SINGLE_RANK) && c->size > 1;
-  if (one_rank_only && env.store_owner == BRAID__STORE_NONE) {
-    st = braid__fail(c, BRAID_ERR_INVALID_ARG, "backend %s supports world size 1 only, not %d", ops->name, c->size);
-  } else if (ops && (ops->caps & BRAID__CAP_OWN_WORLD)) {
+  if (ops && (ops->caps & BRAID__CAP_OWN_WORLD)) {
     /* Rank and size are the backend's (init sets them); no store. */
     c->cfg_handle = def.mpi_comm;
     c->start_timeout_s = env.init_timeout_s;
-  } else {
+  } else if (!one_rank_only || env.store_owner != BRAID__STORE_NONE) {
     st = braid__bootstrap_world(c->rank, c->size, &env, &c->boot, err, sizeof err);
     if (st) braid__fail(c, st, "%s", err);
   }

@@ -270,13 +270,11 @@ typedef struct start_buf {
    deadline (its members all entered the split). */
 static braid_status meet(braid_comm *c, mpi_state *s, MPI_Comm base, braid_status own, start_buf *sb, int *pending) {
   double deadline = braid__deadline(c->start_timeout_s);
-  int me = 0;
-  MPI_Comm_rank(base, &me);
   /* The sentence as the others should read it, before c->rank changes. */
   if (own && !braid__start_sentence(c, sb->told.why, sizeof sb->told.why))
     snprintf(sb->told.why, sizeof sb->told.why, "%s", braid_status_string(own));
   sb->told.st = own;
-  c->rank = me;
+  MPI_Comm_rank(base, &c->rank);
   MPI_Comm_size(base, &c->size);
   /* Every rank must route each call alike (a rank in MPI's collective
      while another runs braid's would wait for the timeout): the ranks
@@ -293,7 +291,7 @@ static braid_status meet(braid_comm *c, mpi_state *s, MPI_Comm base, braid_statu
   int vals[START_NV] = {s->coll, c->check};
   for (int k = 0; k < BRAID__COLL_NKINDS; k++) vals[2 + k] = c->algo[k];
   for (int i = 0; i < START_NV; i++) agree[2 * i] = vals[i], agree[2 * i + 1] = -vals[i];
-  agree[2 * START_NV] = own ? me + 1 : 0;
+  agree[2 * START_NV] = own ? c->rank + 1 : 0;
   MPI_Request rq;
   int rc = MPI_Comm_idup(base, &sb->dup, &rq);
   if (rc) return own ? own : mpi_fail(c, "MPI_Comm_idup", rc);

@@ -671,11 +671,9 @@ static int start_fail_on(const char *backend, int n) {
     if (i == 6) { /* a backend this build lacks */
       k = (start_case){n - 1, "BRAID_BACKEND", "nosuch", "unknown backend \"nosuch\"", 0, 0};
     }
-    if (i == 7) { /* found before the rank registers: it tells the others without meeting them */
-      k = (start_case){n - 1, "BRAID_IFNAME", "nosuchif0", "BRAID_IFNAME=\"nosuchif0\" names no network interface",
-                       0, 0};
-    }
-    if (i == 9) { /* the same, told through the store rank 0 hosts, which then lingers for it */
+    /* Found before the rank registers: it tells the others without meeting
+       them (9: through the store rank 0 hosts, which then lingers for it). */
+    if (i == 7 || i == 9) {
       k = (start_case){n - 1, "BRAID_IFNAME", "nosuchif0", "BRAID_IFNAME=\"nosuchif0\" names no network interface",
                        0, 0};
     }

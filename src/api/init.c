@@ -163,6 +163,21 @@ static braid_status agree_settings(braid_comm *c, const braid__backend *ops) {
   return BRAID_OK;
 }
 
+/* A rank whose own rank cannot be read (a launcher's variable broken or out
+   of range on this rank) meets no one. When everything else in its
+   environment reads (so the rank was the fault), it tells the ranks of its
+   world why, so that they fail now instead of at BRAID_INIT_TIMEOUT. */
+static void tell_unranked(const braid__env_overrides *ov, unsigned flags, braid_status st, const char *why) {
+  if (ov->rank >= 0) return; /* the application gave the rank */
+  braid__env_overrides o = *ov;
+  o.rank = 0;
+  braid__launch_env env;
+  char err[BRAID_ERRLEN];
+  if (braid__env_detect(braid__env_getenv, NULL, &o, flags, &env, err, sizeof err) != BRAID_OK) return;
+  if (env.world_size > 1 && env.store_owner != BRAID__STORE_NONE)
+    braid__bootstrap_tell_unranked(env.world_size, &env, st, why);
+}
+
 braid_status braid_init(const braid_config *cfg, braid_comm **out) {
   if (!out) return braid__fail(NULL, BRAID_ERR_INVALID_ARG, "braid_init: comm is NULL");
   *out = NULL;
@@ -198,7 +213,10 @@ braid_status braid_init(const braid_config *cfg, braid_comm **out) {
     flags = 0;
   }
   st = braid__env_detect(braid__env_getenv, NULL, &ov, flags, &env, err, sizeof err);
-  if (st) return init_fail(st, -1, "%s", err);
+  if (st) {
+    tell_unranked(&ov, flags, st, err);
+    return init_fail(st, -1, "%s", err);
+  }
   if (by_default) {
     name = env.world_size == 1 ? "self" : "shm";
     ops = braid__backend_find(name);

@@ -159,10 +159,11 @@ static int read_start_failure(braid__boot *b, int *rank, int *status, char *text
 /* Waits for every rank/<r> key, in batches the store accepts; on timeout
    present[] says who joined (later batches checked without waiting). A rank that
    could not start and said so (braid__boot_say_start_failed, before it
-   registered) ends the wait at its next look: BRAID_ERR_PEER_LOST, with *origin set
-   to that rank (-1 otherwise) and its status and sentence. */
-static braid_status wait_all(braid__boot *b, int n, double deadline, int *present, int *origin, int *ost,
-                             char *why, size_t whylen) {
+   registered) ends the wait at its next look: BRAID_ERR_PEER_LOST, *told set, *origin
+   that rank (-1: a rank whose own rank was unknown) and its status and sentence. */
+static braid_status wait_all(braid__boot *b, int n, double deadline, int *present, int *told, int *origin,
+                             int *ost, char *why, size_t whylen) {
+  *told = 0;
   *origin = -1;
   char(*names)[24] = malloc(sizeof *names * (size_t)(n < WAIT_BATCH ? n : WAIT_BATCH));
   const char **keys = malloc(sizeof *keys * (size_t)(n < WAIT_BATCH ? n : WAIT_BATCH));
@@ -191,6 +192,7 @@ static braid_status wait_all(braid__boot *b, int n, double deadline, int *presen
       if (s != BRAID_ERR_TIMEOUT || until >= deadline || result == BRAID_ERR_TIMEOUT) break;
       int r = -1;
       if (read_start_failure(b, &r, ost, why, whylen) && r != b->rank) {
+        *told = 1;
         *origin = r;
         s = BRAID_ERR_PEER_LOST;
         break;
@@ -244,8 +246,10 @@ static braid_status connect_store(braid__boot *b, const uint8_t *tok, size_t tok
                      why[0] ? why : braid_status_string(st), hint);
 }
 
-braid_status braid__bootstrap_world(int rank, int size, const braid__launch_env *env, braid__boot **out, char *err,
-                                    size_t errlen) {
+/* The world's start; early: this rank's start has failed already (early_why
+   says why), and it only tells the others, when it can reach their store. */
+static braid_status world_start(int rank, int size, const braid__launch_env *env, braid_status early,
+                                const char *early_why, braid__boot **out, char *err, size_t errlen) {
   *out = NULL;
   if (err && errlen) err[0] = 0;
   braid__boot *b = calloc(1, sizeof *b);
@@ -258,15 +262,6 @@ braid_status braid__bootstrap_world(int rank, int size, const braid__launch_env 
   b->init_timeout_s = env->init_timeout_s;
   char why[512];
   braid_status st = BRAID_OK;
-
-  /* A wrong interface name fails now, not when a backend first listens
-     (the others are told, below). */
-  braid_status early = BRAID_OK;
-  char early_why[512] = "";
-  if (env->ifname[0]) {
-    char a[64];
-    early = braid__iface_addr(env->ifname, a, sizeof a, early_why, sizeof early_why);
-  }
   if (env->store_owner != BRAID__STORE_NONE && size == 1) {
     /* One rank meets no one: hosting or dialling a store would only add ways
        to fail (a busy port, an unreachable host) and delay. */
@@ -330,7 +325,9 @@ braid_status braid__bootstrap_world(int rank, int size, const braid__launch_env 
     if (!b->hosting &&
         !connect_store(b, tok, toklen, soon < deadline ? soon : deadline, where, ignored, sizeof ignored))
       braid__boot_say_start_failed(b, rank, (int)early, early_why);
-    release(b, 0); /* its goodbye lets a hosting rank 0 stop the store without waiting for it */
+    /* Its goodbye lets a hosting rank 0 stop the store without waiting for
+       it; a rank that does not know its rank has none to say. */
+    release(b, rank >= 0 ? 0 : -1);
     return braid__errf(early, err, errlen, "%s", early_why);
   }
 
@@ -423,12 +420,14 @@ braid_status braid__bootstrap_world(int rank, int size, const braid__launch_env 
     free_boot(b);
     return braid__errf(BRAID_ERR_NO_MEMORY, err, errlen, "out of memory for %d ranks' rendezvous", size);
   }
-  int origin = -1, ost = 0;
-  st = wait_all(b, size, deadline, present, &origin, &ost, why, sizeof why);
-  if (origin >= 0) {
+  int told = 0, origin = -1, ost = 0;
+  st = wait_all(b, size, deadline, present, &told, &origin, &ost, why, sizeof why);
+  if (told) {
     free(present);
     /* Rank 0 keeps the store up until the others have read why. */
     release(b, BRAID__BOOT_FAILED_LINGER_S);
+    if (origin < 0) /* its sentence says where it runs */
+      return braid__errf(braid__boot_relayed_status(ost), err, errlen, "a rank could not start %s", why);
     return braid__errf(braid__boot_relayed_status(ost), err, errlen, "rank %d could not start: %s", origin, why);
   }
   if (st == BRAID_ERR_TIMEOUT) {
@@ -469,6 +468,29 @@ store_error:
   free_boot(b);
   return braid__errf(st == BRAID_ERR_NO_MEMORY ? st : BRAID_ERR_BOOTSTRAP, err, errlen,
               "lost the store at %s during rendezvous: %s", where, why[0] ? why : braid_status_string(st));
+}
+
+braid_status braid__bootstrap_world(int rank, int size, const braid__launch_env *env, braid__boot **out, char *err,
+                                    size_t errlen) {
+  /* A wrong interface name fails now, not when a backend first listens
+     (the others are told). */
+  braid_status early = BRAID_OK;
+  char early_why[512] = "";
+  if (env->ifname[0]) {
+    char a[64];
+    early = braid__iface_addr(env->ifname, a, sizeof a, early_why, sizeof early_why);
+  }
+  return world_start(rank, size, env, early, early_why, out, err, errlen);
+}
+
+void braid__bootstrap_tell_unranked(int size, const braid__launch_env *env, braid_status st, const char *why) {
+  char host[256] = "?", text[640];
+  if (gethostname(host, sizeof host - 1) != 0) snprintf(host, sizeof host, "?");
+  host[sizeof host - 1] = 0;
+  snprintf(text, sizeof text, "(its rank is unknown; host %s, pid %ld): %s", host, (long)getpid(), why);
+  braid__boot *b = NULL;
+  char ignored[512];
+  (void)world_start(-1, size, env, st ? st : BRAID_ERR_BOOTSTRAP, text, &b, ignored, sizeof ignored);
 }
 
 braid_status braid__bootstrap_split(const braid__boot *parent, int rank, int size, uint64_t child_id,

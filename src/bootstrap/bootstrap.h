@@ -60,6 +60,13 @@ typedef struct braid__boot {
 braid_status braid__bootstrap_world(int rank, int size, const braid__launch_env *env, braid__boot **out, char *err,
                                     size_t errlen);
 
+/* A rank whose own rank could not be read (its launcher's variable is
+ * broken or out of range) cannot register; when the rest of env names a
+ * store and a world of size ranks, it tells them, within about 2 s, that a
+ * rank could not start and why (st, why), so that their rendezvous fails
+ * now instead of at BRAID_INIT_TIMEOUT. It does not host a store. */
+void braid__bootstrap_tell_unranked(int size, const braid__launch_env *env, braid_status st, const char *why);
+
 /* The boot of a split child (rank of size, id child_id): a clone of parent's
    store connection with the namespace "<job prefix>c<child id in hex>/". No
    store traffic besides the connect; a parent without a store gives a child

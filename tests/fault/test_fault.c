@@ -613,6 +613,7 @@ typedef struct start_case {
   const char *want;         /* in every rank's sentence */
   int shared;               /* a setting ranks compare: any rank may be the one that finds the difference */
   int host_port;            /* > 0: rank 0 hosts the store there (it must outlive its own failure) */
+  int unranked;             /* the victim cannot read its own rank: its status is BOOTSTRAP, the others' PEER_LOST */
 } start_case;
 
 static int body_start_fail(braid_comm *unused, int rank, int n, void *arg) {
@@ -630,12 +631,16 @@ static int body_start_fail(braid_comm *unused, int rank, int n, void *arg) {
   braid_comm *c = NULL;
   braid_status st = braid_init(NULL, &c);
   double t = now_s() - t0;
-  BT_CHECK(st == BRAID_ERR_INVALID_ARG && !c, "%s, %s=%s on rank %d: rank %d got %s: %s", backend_of(), k->name,
-           k->value, k->victim, rank, braid_status_string(st), braid_last_error(NULL));
+  braid_status want = !k->unranked ? BRAID_ERR_INVALID_ARG : rank == k->victim ? BRAID_ERR_BOOTSTRAP : BRAID_ERR_PEER_LOST;
+  BT_CHECK(st == want && !c, "%s, %s=%s on rank %d: rank %d got %s: %s", backend_of(), k->name, k->value, k->victim,
+           rank, braid_status_string(st), braid_last_error(NULL));
   BT_CHECK_MSG(NULL, k->want);
   if (rank != k->victim && !k->shared) {
-    char who[48];
-    snprintf(who, sizeof who, "rank %d could not start: ", k->victim);
+    char who[64];
+    if (k->unranked)
+      snprintf(who, sizeof who, "a rank could not start (its rank is unknown; host ");
+    else
+      snprintf(who, sizeof who, "rank %d could not start: ", k->victim);
     BT_CHECK_MSG(NULL, who);
   }
   fprintf(stderr, "fault-time: %s start-failure(%s on rank %d%s) rank %d %.3f s\n", backend_of(), k->name,
@@ -652,8 +657,8 @@ static int start_fail_on(const char *backend, int n) {
   const char *own = !strcmp(backend, "tcp") ? "BRAID_TCP_NSOCKS" : "BRAID_SHM_BUFFER";
   const char *bad = !strcmp(backend, "tcp") ? "0" : "-1";
   const char *other = !strcmp(backend, "tcp") ? "shm" : "tcp";
-  for (int i = 0; i < 10; i++) {
-    start_case k = {i % 2 ? 0 : n - 1, "BRAID_ALGO", "allreduce=ring", "BRAID_ALGO differs between ranks", 1, 0};
+  for (int i = 0; i < 11; i++) {
+    start_case k = {i % 2 ? 0 : n - 1, "BRAID_ALGO", "allreduce=ring", "BRAID_ALGO differs between ranks", 1, 0, 0};
     if (i >= 2) {
       k.name = own;
       k.value = bad;
@@ -666,19 +671,22 @@ static int start_fail_on(const char *backend, int n) {
       k.want = "BRAID_CHECK=\"2\"";
     }
     if (i == 5) { /* another backend */
-      k = (start_case){n - 1, "BRAID_BACKEND", other, "BRAID_BACKEND differs between ranks", 1, 0};
+      k = (start_case){n - 1, "BRAID_BACKEND", other, "BRAID_BACKEND differs between ranks", 1, 0, 0};
     }
     if (i == 6) { /* a backend this build lacks */
-      k = (start_case){n - 1, "BRAID_BACKEND", "nosuch", "unknown backend \"nosuch\"", 0, 0};
+      k = (start_case){n - 1, "BRAID_BACKEND", "nosuch", "unknown backend \"nosuch\"", 0, 0, 0};
     }
     /* Found before the rank registers: it tells the others without meeting
        them (9: through the store rank 0 hosts, which then lingers for it). */
     if (i == 7 || i == 9) {
       k = (start_case){n - 1, "BRAID_IFNAME", "nosuchif0", "BRAID_IFNAME=\"nosuchif0\" names no network interface",
-                       0, 0};
+                       0, 0, 0};
     }
     if (i == 8) { /* a one-rank backend */
-      k = (start_case){n - 1, "BRAID_BACKEND", "self", "backend self supports world size 1 only", 0, 0};
+      k = (start_case){n - 1, "BRAID_BACKEND", "self", "backend self supports world size 1 only", 0, 0, 0};
+    }
+    if (i == 10) { /* its launcher's rank variable broken: it tells the others without a rank */
+      k = (start_case){n - 1, "BRAID_RANK", "two", "BRAID_RANK=\"two\" is not an integer", 0, 0, 1};
     }
     if (k.victim == 0 || i == 9) k.host_port = bt_free_port();
     int before = bt_dead_shm_names(0);

@@ -30,6 +30,7 @@
 #define SHM_NT_MIN ((size_t)16 << 20)          /* transfers from this size copy out with streaming stores */
 #define SHM_BRING 64u                          /* entries of the small-broadcast ring */
 #define SHM_PREFETCH_MAX 1024u                 /* bytes of the next ring entry fetched ahead */
+#define SHM_A2A_DIRECT_MAX ((size_t)1 << 20)  /* all-to-alls read from the peers' buffers up to this much per rank */
 #define SHM_MIN_STAGING ((size_t)64 << 10)     /* per rank: what a full /dev/shm may shrink staging to */
 #define SHM_DLOG 128u                          /* collectives remembered per rank for the call check */
 #define SHM_FAIL_TEXT 448

@@ -976,6 +976,46 @@ braid_status shm_scatter(braid_comm *c, const void *vsend, void *recv, size_t co
   return ring_from_root(c, s, send, bytes * (size_t)s->n, recv, mine, bytes, root, "the root's data in braid_scatter");
 }
 
+/* All-to-all above the slots, with single copy, up to SHM_A2A_DIRECT_MAX
+   bytes per rank (above, the generic pairwise exchange measured as fast):
+   each rank announces its send buffer (braid memory, read in place, or its
+   address for process_vm_readv) with one post, then copies its block out
+   of every peer's buffer; the end barrier keeps the buffers as they are
+   until all have read. In place, the incoming blocks land in scratch first
+   and overwrite the buffer only after that barrier. */
+static braid_status a2a_direct(braid_comm *c, shm_state *s, const char *send, char *recv, size_t bytes) {
+  size_t total = bytes * (size_t)s->n, mine = (size_t)s->me * bytes;
+  int inplace = send == recv;
+  char *land = recv;
+  if (inplace && !(land = braid__scratch(c, 0, total))) return (braid_status)atomic_load(&c->failed);
+  uint64_t key = s->ph + 1;
+  int zme = shm_zc_announce(s, send, total, key), nzc;
+  shm_ctl_of(s, s->me)->addr = (uint64_t)(uintptr_t)send;
+  shm_post(s);
+  braid_status st;
+  SRCS_DECL;
+  if ((st = shm_wait_all(c, s, s->ph, "its input to braid_all_to_all")) || (st = check_posts(c, s)) ||
+      (st = zc_gather(c, s, key, zme, zsrc, &nzc))) {
+    SRCS_FREE;
+    return st;
+  }
+  if (!inplace) memcpy(recv + mine, send + mine, bytes);
+  for (int i = 1; i < s->n && !st; i++) {
+    int q = (s->me + i) % s->n; /* spread the readers over the sources */
+    char *to = land + (size_t)q * bytes;
+    if (zsrc[q]) shm_copy_out(to, zsrc[q] + mine, bytes, total);
+    else st = shm_cma_read(c, s, q, to, shm_ctl_of(s, q)->addr + mine, bytes);
+  }
+  SRCS_FREE;
+  if (st) return st;
+  shm_post(s);
+  if ((st = shm_wait_all(c, s, s->ph, "the end of braid_all_to_all"))) return st;
+  if (inplace)
+    for (int q = 0; q < s->n; q++)
+      if (q != s->me) memcpy(recv + (size_t)q * bytes, land + (size_t)q * bytes, bytes);
+  return BRAID_OK;
+}
+
 /* In place (send == recv) works too: this rank's blocks went into its slot
    before any is overwritten, and its own block stays where it is. */
 braid_status shm_all_to_all(braid_comm *c, const void *vsend, void *vrecv, size_t count, braid_dtype dt) {
@@ -983,6 +1023,7 @@ braid_status shm_all_to_all(braid_comm *c, const void *vsend, void *vrecv, size_
   size_t bytes = count * braid_dtype_size(dt), total = bytes * (size_t)s->n;
   const char *send = vsend;
   char *recv = vrecv;
+  if (s->n > 1 && total > SHM_SLOT_DATA) return a2a_direct(c, s, send, recv, bytes);
   int p = 0;
   braid_status st = s->n == 1 ? BRAID_OK : flat_exchange(c, s, send, total, &p, "its input to braid_all_to_all");
   if (st) return st;
@@ -1075,8 +1116,9 @@ int shm_declines(const braid_comm *c, braid__coll_kind kind, size_t bytes) {
   const shm_state *s = c->be;
   switch (kind) {
     case BRAID__COLL_GATHER: return bytes > SHM_SLOT_DATA;
-    case BRAID__COLL_SCATTER:
-    case BRAID__COLL_ALL_TO_ALL: return bytes > SHM_SLOT_DATA / (size_t)s->n;
+    case BRAID__COLL_SCATTER: return bytes > SHM_SLOT_DATA / (size_t)s->n;
+    case BRAID__COLL_ALL_TO_ALL:
+      return bytes > SHM_SLOT_DATA / (size_t)s->n && !(s->cma && bytes * (size_t)s->n <= SHM_A2A_DIRECT_MAX);
     default: return 0;
   }
 }

@@ -1039,17 +1039,93 @@ braid_status shm_all_to_all(braid_comm *c, const void *vsend, void *vrecv, size_
 }
 
 /* Rank q's all-to-allv header in its slot of parity p: total or NOFIT,
-   then its n counts; its blocks follow. */
+   then its n counts; its blocks follow, or, for NOFIT, its n displacements,
+   its send buffer's address and its total bytes (A2AV_*). */
 static const uint64_t *a2av_head(shm_state *s, int q, int p) {
   return (const uint64_t *)(const void *)slot_data(slot_of(s, q, p), SHM_SLOT_DATA);
+}
+#define A2AV_DISPL(n, j) (1 + (size_t)(n) + (size_t)(j))
+#define A2AV_ADDR(n) (1 + 2 * (size_t)(n))
+#define A2AV_BYTES(n) (2 + 2 * (size_t)(n))
+#define A2AV_WORDS(n) (3 + 2 * (size_t)(n))
+
+/* Counts sent to this rank against the ones it expects, pair by pair. */
+static braid_status a2av_check(braid_comm *c, shm_state *s, int p, const size_t *rcounts, braid_dtype dt) {
+  for (int q = 0; q < s->n; q++) {
+    const uint64_t *qh = a2av_head(s, q, p);
+    if (q != s->me && qh[1 + s->me] != rcounts[q])
+      return braid__fail_comm(c, BRAID_ERR_MISMATCH,
+                              "rank %d sends %llu elements of %s to rank %d where rank %d expects %zu from it",
+                              braid__label(c, q), (unsigned long long)qh[1 + s->me], braid_dtype_name(dt),
+                              braid__label(c, s->me), braid__label(c, s->me), rcounts[q]);
+  }
+  return BRAID_OK;
+}
+
+/* All-to-allv whose blocks did not all fit the slots, with single copy:
+   the header of a rank whose blocks did not fit carried its displacements
+   and address (and its braid memory was announced under key), so each rank
+   copies its block out of that rank's send buffer, or out of the slot of a
+   rank whose blocks fit; then the end barrier. In place, through scratch as
+   in a2a_direct. sd: this rank's send displacements. */
+static braid_status a2av_direct(braid_comm *c, shm_state *s, int p, uint64_t key, int zme, const char *send,
+                                const size_t *sd, char *recv, const size_t *rcounts, const size_t *rdispls,
+                                braid_dtype dt) {
+  const int n = s->n, me = s->me, inplace = (const void *)send == (void *)recv;
+  const size_t es = braid_dtype_size(dt);
+  braid_status st = a2av_check(c, s, p, rcounts, dt);
+  if (st) return st;
+  size_t need = 0; /* in place: the incoming blocks, packed */
+  for (int q = 0; q < n && inplace; q++)
+    if (q != me) need += rcounts[q] * es;
+  char *land = NULL;
+  if (need && !(land = braid__scratch(c, 0, need))) return (braid_status)atomic_load(&c->failed);
+  int nzc;
+  SRCS_DECL;
+  if ((st = zc_gather(c, s, key, zme, zsrc, &nzc))) {
+    SRCS_FREE;
+    return st;
+  }
+  if (!inplace && rcounts[me]) memcpy(recv + rdispls[me] * es, send + sd[me] * es, rcounts[me] * es);
+  size_t at = 0;
+  for (int i = 1; i < n && !st; i++) {
+    int q = (me + i) % n; /* spread the readers over the sources */
+    size_t len = rcounts[q] * es;
+    if (!len) continue;
+    const uint64_t *qh = a2av_head(s, q, p);
+    char *to = inplace ? land + at : recv + rdispls[q] * es;
+    at += len;
+    if (qh[0] != UINT64_MAX) { /* q's blocks are in its slot, packed after its counts */
+      size_t off = 8 * (1 + (size_t)n);
+      for (int j = 0; j < me; j++) off += (size_t)qh[1 + j] * es;
+      memcpy(to, (const char *)qh + off, len);
+      continue;
+    }
+    size_t from = (size_t)qh[A2AV_DISPL(n, me)] * es;
+    if (zsrc[q]) shm_copy_out(to, zsrc[q] + from, len, len);
+    else st = shm_cma_read(c, s, q, to, qh[A2AV_ADDR(n)] + from, len);
+  }
+  SRCS_FREE;
+  if (st) return st;
+  shm_post(s);
+  if ((st = shm_wait_all(c, s, s->ph, "the end of braid_all_to_allv"))) return st;
+  at = 0;
+  for (int i = 1; i < n && inplace; i++) {
+    int q = (me + i) % n;
+    if (rcounts[q]) memcpy(recv + rdispls[q] * es, land + at, rcounts[q] * es);
+    at += rcounts[q] * es;
+  }
+  return BRAID_OK;
 }
 
 /* All-to-allv through the slots when every rank's blocks fit in one: each
    rank publishes a header (its total, or "does not fit"), its n counts and
    its blocks packed in peer order. Only after the exchange do the ranks
-   know whether all fit (their counts differ); when one does not, every rank
-   sees it and declines, and the generic algorithm runs. Counts are checked
-   pair by pair against the receivers' recv_counts. */
+   know whether all fit (their counts differ). When one does not, every rank
+   sees it; with single copy they then read each other's buffers, which the
+   header describes (a2av_direct), else every rank declines and the generic
+   algorithm runs. Counts are checked pair by pair against the receivers'
+   recv_counts. */
 braid_status shm_all_to_allv(braid_comm *c, const void *vsend, const size_t *scounts, const size_t *sdispls, void *vrecv,
                              const size_t *rcounts, const size_t *rdispls, braid_dtype dt) {
   shm_state *s = c->be;
@@ -1070,31 +1146,47 @@ braid_status shm_all_to_allv(braid_comm *c, const void *vsend, const size_t *sco
     if (sc[j] > (SHM_SLOT_DATA - head - total) / es) fits = 0;
     else total += sc[j] * es;
   }
+  /* Whether the header can describe the buffer instead (the same on every rank). */
+  const int direct = s->cma && 8 * A2AV_WORDS(n) <= SHM_SLOT_DATA;
   int p;
-  uint64_t k;
+  uint64_t k, key = s->ph + 1;
+  int zme = 0;
   char *d = slot_data(flat_slot(s, &p, &k), SHM_SLOT_DATA);
   uint64_t *hd = (uint64_t *)(void *)d;
   hd[0] = fits ? total : NOFIT;
+  for (int j = 0; j < n; j++) hd[1 + j] = sc[j];
   if (fits) {
     char *at = d + head;
     for (int j = 0; j < n; j++) {
-      hd[1 + j] = sc[j];
       if (sc[j]) memcpy(at, send + sd[j] * es, sc[j] * es);
       at += sc[j] * es;
     }
+  } else if (direct) {
+    size_t extent = 0, bytes = 0;
+    for (int j = 0; j < n; j++) {
+      hd[A2AV_DISPL(n, j)] = sd[j];
+      bytes += sc[j] * es;
+      if (sc[j] && (sd[j] + sc[j]) * es > extent) extent = (sd[j] + sc[j]) * es;
+    }
+    hd[A2AV_ADDR(n)] = (uint64_t)(uintptr_t)send;
+    hd[A2AV_BYTES(n)] = bytes;
+    zme = extent && shm_zc_announce(s, send, extent, key);
   }
   braid_status st = flat_finish(c, s, k, p, "its input to braid_all_to_allv");
   if (st) return st;
-  for (int q = 0; q < n; q++)
-    if (a2av_head(s, q, p)[0] == NOFIT) return BRAID__DECLINED;
+  int all_fit = 1;
+  size_t most = 0; /* the largest rank's bytes, when some do not fit */
   for (int q = 0; q < n; q++) {
     const uint64_t *qh = a2av_head(s, q, p);
-    if (q != me && qh[1 + me] != rcounts[q])
-      return braid__fail_comm(c, BRAID_ERR_MISMATCH,
-                              "rank %d sends %llu elements of %s to rank %d where rank %d expects %zu from it",
-                              braid__label(c, q), (unsigned long long)qh[1 + me], braid_dtype_name(dt),
-                              braid__label(c, me), braid__label(c, me), rcounts[q]);
+    if (qh[0] != NOFIT) continue;
+    all_fit = 0;
+    if (direct && qh[A2AV_BYTES(n)] > most) most = qh[A2AV_BYTES(n)];
   }
+  if (!all_fit)
+    return direct && most <= SHM_A2A_DIRECT_MAX
+               ? a2av_direct(c, s, p, key, zme, send, sd, recv, rcounts, rdispls, dt)
+               : BRAID__DECLINED;
+  if ((st = a2av_check(c, s, p, rcounts, dt))) return st;
   for (int q = 0; q < n; q++) {
     if (!rcounts[q]) continue;
     if (q == me) {

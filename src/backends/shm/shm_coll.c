@@ -1154,7 +1154,8 @@ braid_status shm_all_to_allv(braid_comm *c, const void *vsend, const size_t *sco
   char *d = slot_data(flat_slot(s, &p, &k), SHM_SLOT_DATA);
   uint64_t *hd = (uint64_t *)(void *)d;
   hd[0] = fits ? total : NOFIT;
-  for (int j = 0; j < n; j++) hd[1 + j] = sc[j];
+  if (head <= SHM_SLOT_DATA)
+    for (int j = 0; j < n; j++) hd[1 + j] = sc[j];
   if (fits) {
     char *at = d + head;
     for (int j = 0; j < n; j++) {

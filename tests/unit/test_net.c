@@ -260,6 +260,25 @@ static int test_delay(void) {
   return rc ? rc : matrix_on(2, 2, "hier", NULL, 1);
 }
 
+/* Namespaces a killed run left behind (its tag names its pid, which is
+   gone): removed, with the processes inside them, before this run. */
+static void remove_stale(void) {
+  FILE *f = popen("ip netns list 2>/dev/null", "r");
+  if (!f) return;
+  char line[256];
+  int stale[64], ns = 0;
+  while (fgets(line, sizeof line, f)) {
+    int pid = 0, k = 0;
+    if (sscanf(line, "bt%d-%n", &pid, &k) != 1 || k == 0 || pid <= 0 || pid == (int)getpid()) continue;
+    if (kill(pid, 0) == 0 || errno != ESRCH) continue;
+    int seen = 0;
+    for (int i = 0; i < ns; i++) seen |= stale[i] == pid;
+    if (!seen && ns < 64) stale[ns++] = pid;
+  }
+  pclose(f);
+  for (int i = 0; i < ns; i++) sh("bash %s down bt%d >/dev/null 2>&1", script, stale[i]);
+}
+
 static int have(const char *backend) {
   const char *names[8];
   int maxr[8], nb = bt_backends(names, maxr, 8);
@@ -275,7 +294,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "test_net: BRAID_TEST_BINDIR and BRAID_TEST_SRCDIR must be set (ctest sets them)\n");
     return 1;
   }
-  snprintf(tag, sizeof tag, "bt%d", (int)(getpid() % 100000));
+  snprintf(tag, sizeof tag, "bt%d", (int)getpid());
   snprintf(script, sizeof script, "%s/tests/net/netns.sh", srcdir);
   snprintf(braidrun, sizeof braidrun, "%s/tools/braidrun/braidrun", bindir);
   snprintf(prog, sizeof prog, "%s/tests/progs/braid_netcheck", bindir);
@@ -284,6 +303,7 @@ int main(int argc, char **argv) {
     printf("test_net: the tcp backend is not built; nothing to test\n");
     return 0;
   }
+  remove_stale();
   static const bt_case cases[] = {
       {"tcp_across_hosts", test_tcp_across_hosts, 700},
       {"tcp_three_hosts", test_tcp_three_hosts, 700},

@@ -92,7 +92,8 @@ int main(int argc, char **argv) {
   if (!size) {
     fprintf(stderr, "tcp_xchg: SIZE must be a positive size%s\n", a2a ? " of at least 2 bytes" : "");
     return 2;
-  }  int ls = socket(AF_INET, SOCK_STREAM, 0);
+  }
+  int ls = socket(AF_INET, SOCK_STREAM, 0);
   if (ls < 0) die("tcp_xchg: socket");
   struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
   socklen_t al = sizeof a;

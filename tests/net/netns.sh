@@ -10,7 +10,7 @@
 #   netns.sh link TAG K up|down  sets host K's eth0 up or down
 #   netns.sh delay TAG K MS HELPER LOG
 #                              delays every packet host K sends on eth0 by MS
-#                              ms: an nftables rule queues them to HELPER
+#                              ms: an iptables rule queues them to HELPER
 #                              (tests/progs/braid_netdelay), which runs in the
 #                              background inside host K, writing to LOG; for
 #                              kernels without netem. Needs iptables.

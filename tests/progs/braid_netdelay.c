@@ -1,5 +1,5 @@
 /* A fixed one-way link delay for the multi-host tests on kernels without
-   netem: every packet an nftables rule sends to NFQUEUE QUEUE is held here
+   netem: every packet an iptables rule sends to NFQUEUE QUEUE is held here
    for DELAY_MS and then let go, in arrival order. The kernel keeps the
    packets; this program only sees their ids (no payload is copied) and
    gives each verdict when it is due.
@@ -8,8 +8,9 @@
 
    READY_FILE is created once the queue is bound (a rule that queues to an
    unbound queue drops the packets). SIGTERM or SIGINT ends it; it then
-   prints "netdelay: queue Q: N packets held, min M ms, max X ms". A queue
-   that overflows drops packets, as a full netem queue does. */
+   prints "netdelay: queue Q: N packets held, min M ms, max X ms" (the
+   packets it held the whole delay). A queue that overflows drops packets,
+   as a full netem queue does. */
 #include <errno.h>
 #include <fcntl.h>
 #include <arpa/inet.h>
@@ -73,18 +74,21 @@ static int on_packet(struct nfq_q_handle *qh, struct nfgenmsg *msg, struct nfq_d
   return 0;
 }
 
-/* Lets go every packet held for at least delay; the time to the next one due (s), or -1. */
-static double release(struct nfq_q_handle *qh, double delay) {
+/* Lets go every packet held for at least delay, counted in the figures
+   printed at the end unless flushing; the time to the next one due (s), or
+   -1. */
+static double release(struct nfq_q_handle *qh, double delay, int flushing) {
   double t = now_s();
   while (head != tail) {
     held *p = &ring[head % RING];
     double hold = t - p->t;
     if (hold < delay) return delay - hold;
     nfq_set_verdict(qh, p->id, NF_ACCEPT, 0, NULL);
+    head++;
+    if (flushing) continue;
     if (hold < min_hold) min_hold = hold;
     if (hold > max_hold) max_hold = hold;
     nheld++;
-    head++;
   }
   return -1;
 }
@@ -135,7 +139,7 @@ int main(int argc, char **argv) {
 
   static char buf[1 << 16] __attribute__((aligned));
   while (!stop) {
-    double next = release(qh, delay);
+    double next = release(qh, delay, 0);
     struct pollfd pfd = {fd, POLLIN, 0};
     double wait = next < 0 ? 0.1 : next;
     struct timespec ts = {(time_t)wait, (long)((wait - (double)(time_t)wait) * 1e9)};
@@ -149,8 +153,9 @@ int main(int argc, char **argv) {
       nfq_handle_packet(h, buf, (int)n);
     }
   }
-  /* Whatever is still held goes now: the links are being taken down. */
-  release(qh, 0);
+  /* Whatever is still held goes now, uncounted (it was not held the
+     delay): the links are being taken down. */
+  release(qh, 0, 1);
   printf("netdelay: queue %d: %llu packets held, min %.3f ms, max %.3f ms\n", qnum, nheld,
          nheld ? min_hold * 1e3 : 0.0, max_hold * 1e3);
   nfq_destroy_queue(qh);

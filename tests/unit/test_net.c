@@ -2,8 +2,9 @@
    (tests/net/netns.sh), one braidrun per host (--nnodes, --node-rank,
    --master), traffic only on the namespaces' veth links. The conformance
    matrix across hosts on tcp and hier, the same under a 1 Gbit/s rate limit
-   and under a 1 ms delay each way, and a link taken down in the middle of all-reduces (every rank fails
-   within the timeout). Needs root; reports skipped otherwise. */
+   and under a 1 ms delay each way, and a link taken down in the middle of
+   all-reduces (every rank fails within the timeout). Needs root; reports
+   skipped otherwise. */
 #include <errno.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -157,11 +158,8 @@ static void delay_counts(int h, unsigned long long *n, double *min_ms) {
   *min_ms = 0;
   FILE *f = fopen(path, "r");
   if (!f) return;
-  while (fgets(line, sizeof line, f)) {
-    const char *p = strstr(line, "packets held, min ");
-    const char *q = strstr(line, "queue ");
-    if (p && q && sscanf(strchr(q, ':') + 1, " %llu", n) == 1) sscanf(p, "packets held, min %lf", min_ms);
-  }
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "netdelay: queue %*d: %llu packets held, min %lf", n, min_ms) == 2) break;
   fclose(f);
 }
 

@@ -129,6 +129,13 @@ static void key_safe(char *s) {
     if (*s == '/' || (unsigned char)*s < 0x21 || (unsigned char)*s > 0x7e) *s = '_';
 }
 
+/* This host's name as keys and registrations carry it ("?" if unknown). */
+static void this_host(char host[256]) {
+  if (gethostname(host, 255) != 0) snprintf(host, 256, "?");
+  host[255] = 0;
+  key_safe(host);
+}
+
 /* "missing rank 2" / "missing ranks 1, 5, 7" / "... and 84 more". */
 static void describe_missing(const int *present, int n, char *out, size_t len) {
   int missing = 0;
@@ -384,10 +391,8 @@ static braid_status world_start(int rank, int size, const braid__launch_env *env
     if (st && st != BRAID_ERR_TIMEOUT) goto store_error;
   }
 
-  char host[256] = "?";
-  if (gethostname(host, sizeof host - 1) != 0) snprintf(host, sizeof host, "?");
-  host[sizeof host - 1] = 0;
-  key_safe(host);
+  char host[256];
+  this_host(host);
   if (b->local_size < 0) {
     /* No launcher word on locality: count the ranks per host name. */
     char key[300];
@@ -484,9 +489,8 @@ braid_status braid__bootstrap_world(int rank, int size, const braid__launch_env 
 }
 
 void braid__bootstrap_tell_unranked(int size, const braid__launch_env *env, braid_status st, const char *why) {
-  char host[256] = "?", text[640];
-  if (gethostname(host, sizeof host - 1) != 0) snprintf(host, sizeof host, "?");
-  host[sizeof host - 1] = 0;
+  char host[256], text[640];
+  this_host(host);
   snprintf(text, sizeof text, "(its rank is unknown; host %s, pid %ld): %s", host, (long)getpid(), why);
   braid__boot *b = NULL;
   char ignored[512];
@@ -629,11 +633,9 @@ long braid__boot_world_pid(braid__boot *b, int w) {
   int found = 0;
   long pid = 0;
   if (braid__store_try_get(b->store, key, &v, &len, &found, braid__now() + 1.0) == BRAID_OK && found) {
-    char buf[400], host[256] = "?", theirs[256] = "";
+    char buf[400], host[256], theirs[256] = "";
     snprintf(buf, sizeof buf, "%.*s", (int)(len < sizeof buf ? len : sizeof buf - 1), (const char *)v);
-    if (gethostname(host, sizeof host - 1) != 0) snprintf(host, sizeof host, "?");
-    host[sizeof host - 1] = 0;
-    key_safe(host);
+    this_host(host);
     const char *p = strstr(buf, "pid=");
     /* A pid means something only on the host that gave it. */
     if (sscanf(buf, "host=%255s", theirs) == 1 && !strcmp(theirs, host)) pid = p ? strtol(p + 4, NULL, 10) : 0;

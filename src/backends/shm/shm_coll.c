@@ -1044,10 +1044,21 @@ braid_status shm_all_to_all(braid_comm *c, const void *vsend, void *vrecv, size_
 static const uint64_t *a2av_head(shm_state *s, int q, int p) {
   return (const uint64_t *)(const void *)slot_data(slot_of(s, q, p), SHM_SLOT_DATA);
 }
+#define A2AV_NOFIT UINT64_MAX
+#define A2AV_HEAD(n) (8 * (1 + (size_t)(n))) /* bytes before a fitting rank's blocks */
 #define A2AV_DISPL(n, j) (1 + (size_t)(n) + (size_t)(j))
 #define A2AV_ADDR(n) (1 + 2 * (size_t)(n))
 #define A2AV_BYTES(n) (2 + 2 * (size_t)(n))
 #define A2AV_WORDS(n) (3 + 2 * (size_t)(n))
+
+/* This rank's block in the slot of q, whose blocks fit: packed in rank order
+   after q's header. */
+static const char *a2av_slot_block(shm_state *s, int q, int p, size_t es) {
+  const uint64_t *qh = a2av_head(s, q, p);
+  size_t off = A2AV_HEAD(s->n);
+  for (int j = 0; j < s->me; j++) off += (size_t)qh[1 + j] * es;
+  return (const char *)qh + off;
+}
 
 /* Counts sent to this rank against the ones it expects, pair by pair. */
 static braid_status a2av_check(braid_comm *c, shm_state *s, int p, const size_t *rcounts, braid_dtype dt) {
@@ -1095,10 +1106,8 @@ static braid_status a2av_direct(braid_comm *c, shm_state *s, int p, uint64_t key
     const uint64_t *qh = a2av_head(s, q, p);
     char *to = inplace ? land + at : recv + rdispls[q] * es;
     at += len;
-    if (qh[0] != UINT64_MAX) { /* q's blocks are in its slot, packed after its counts */
-      size_t off = 8 * (1 + (size_t)n);
-      for (int j = 0; j < me; j++) off += (size_t)qh[1 + j] * es;
-      memcpy(to, (const char *)qh + off, len);
+    if (qh[0] != A2AV_NOFIT) {
+      memcpy(to, a2av_slot_block(s, q, p, es), len);
       continue;
     }
     size_t from = (size_t)qh[A2AV_DISPL(n, me)] * es;
@@ -1138,8 +1147,7 @@ braid_status shm_all_to_allv(braid_comm *c, const void *vsend, const size_t *sco
     if (!inplace && sc[0]) memcpy(recv + rdispls[0] * es, send + sd[0] * es, sc[0] * es);
     return BRAID_OK;
   }
-  const uint64_t NOFIT = UINT64_MAX;
-  const size_t head = 8 * (1 + (size_t)n);
+  const size_t head = A2AV_HEAD(n);
   size_t total = 0;
   int fits = head <= SHM_SLOT_DATA;
   for (int j = 0; j < n && fits; j++) {
@@ -1153,7 +1161,7 @@ braid_status shm_all_to_allv(braid_comm *c, const void *vsend, const size_t *sco
   int zme = 0;
   char *d = slot_data(flat_slot(s, &p, &k), SHM_SLOT_DATA);
   uint64_t *hd = (uint64_t *)(void *)d;
-  hd[0] = fits ? total : NOFIT;
+  hd[0] = fits ? total : A2AV_NOFIT;
   if (head <= SHM_SLOT_DATA)
     for (int j = 0; j < n; j++) hd[1 + j] = sc[j];
   if (fits) {
@@ -1179,7 +1187,7 @@ braid_status shm_all_to_allv(braid_comm *c, const void *vsend, const size_t *sco
   size_t most = 0; /* the largest rank's bytes, when some do not fit */
   for (int q = 0; q < n; q++) {
     const uint64_t *qh = a2av_head(s, q, p);
-    if (qh[0] != NOFIT) continue;
+    if (qh[0] != A2AV_NOFIT) continue;
     all_fit = 0;
     if (direct && qh[A2AV_BYTES(n)] > most) most = qh[A2AV_BYTES(n)];
   }
@@ -1194,10 +1202,7 @@ braid_status shm_all_to_allv(braid_comm *c, const void *vsend, const size_t *sco
       if (!inplace) memcpy(recv + rdispls[me] * es, send + sd[me] * es, rcounts[me] * es);
       continue;
     }
-    const uint64_t *qh = a2av_head(s, q, p);
-    size_t off = head;
-    for (int j = 0; j < me; j++) off += (size_t)qh[1 + j] * es;
-    memcpy(recv + rdispls[q] * es, (const char *)qh + off, rcounts[q] * es);
+    memcpy(recv + rdispls[q] * es, a2av_slot_block(s, q, p, es), rcounts[q] * es);
   }
   return BRAID_OK;
 }

@@ -23,6 +23,6 @@ run() {
 run "$build/tests/test_api"
 run "$build/tests/test_threads" test_concurrent_calls
 run "$build/tests/test_threads" test_sync_waits_for_other_thread
-for case in coll_small split p2p_ring p2p_mismatch mix; do
+for case in coll_small split p2p_ring p2p_mismatch mix pipes; do
   run "$build/tests/test_shm" "$case"
 done

@@ -25,6 +25,9 @@
 #define SHM_EAGER_MAX (8u << 10)               /* larger sends go by rendezvous */
 #define SHM_EBUF_CACHE 16                      /* eager buffers kept for unexpected messages */
 #define SHM_FRAG (64u << 10)                   /* data fragment when streaming through a ring */
+#define SHM_PIPE_BYTES (256u << 10)            /* capacity asked for a pair's pipe (see shm_pipe) */
+#define SHM_SPLICE_AG_MIN ((size_t)64 << 10)   /* 2-rank all-gathers with blocks in this range go over pipes */
+#define SHM_SPLICE_AG_MAX ((size_t)1 << 20)
 #define SHM_ROTATE ((size_t)512 << 10)      /* calls staging up to this much per rank rotate (see rotate) */
 #define SHM_ROTATE_REGION ((size_t)2 << 20) /* ... through this much of their region */
 #define SHM_NT_MIN ((size_t)16 << 20)          /* transfers from this size copy out with streaming stores */
@@ -100,6 +103,7 @@ typedef struct shm_ctl {
   _Atomic uint32_t cma_ok; /* 1: could read the next rank's memory, 2: could not */
   _Atomic uint32_t membar; /* 1: registered for expedited global membarrier, 2: not */
   _Atomic uint32_t zc_ok;  /* 1: could map the next rank's braid memory, 2: could not */
+  _Atomic uint32_t splice_ok; /* 1: can move messages through pipes by vmsplice, 2: cannot */
   int32_t probe_fd;        /* this process's braid-memory probe (see braid__mem_probe_fd) */
   uint64_t probe_addr;
   shm_zref zref;           /* this rank's braid-memory buffer of the current operation */
@@ -113,6 +117,12 @@ typedef struct shm_ctl {
    position is shared, read by the producer when its cached copy says full. */
 typedef struct shm_ring {
   _Alignas(SHM_CL) _Atomic uint64_t tail; /* consumer */
+  /* Bytes the producer lent to the consumer's pipe, and bytes the consumer
+     read from it (see shm_pipe): neither side makes a call that would find
+     the pipe full or empty, which would take the pipe's lock from the other
+     side's copy. */
+  _Alignas(SHM_CL) _Atomic uint64_t piped;
+  _Alignas(SHM_CL) _Atomic uint64_t unpiped;
   _Alignas(SHM_CL) char data[];
 } shm_ring;
 
@@ -133,6 +143,7 @@ typedef struct shm_req {
   braid__mem_ref zref;   /* receive by pull from braid memory: the allocation */
   int state, zc;
   size_t sent, got;
+  uint64_t pno;          /* streamed: its place among the pair's clear-to-sends (see shm_pipe) */
 } shm_req;
 
 /* An unexpected message: its eager payload, or where to fetch it. */
@@ -147,6 +158,27 @@ typedef struct shm_umsg {
 
 typedef struct shm_ctrl shm_ctrl;
 
+/* Without single copy, a large message from q to this rank can cross a
+   pipe this rank made: the sender vmsplices its pages in, this rank reads
+   them out, one copy instead of two through the ring. The sender opens the
+   pipe through /proc on the first clear-to-send that offers it and keeps
+   one way (pipe or ring) for the pair, so the byte stream needs no headers:
+   messages cross whole, in the order of their clear-to-sends. */
+typedef struct shm_pipe {
+  int rd, wr;       /* receiving from q: this rank's pipe (-1: none yet) */
+  uint64_t ino;     /* its inode, which the sender checks after opening it */
+  uint64_t got;     /* bytes read from it */
+  int out;          /* sending to q: q's pipe, -1 not yet offered, -2 the ring instead */
+  size_t cap;       /* q's pipe's capacity (as this rank's for receiving) */
+  uint64_t lent;    /* bytes lent to it */
+  int rmode;        /* receiving from q: SHM_PIPE_UNKNOWN until the first bytes or DATA record */
+  uint64_t asked;   /* clear-to-sends sent to q */
+  uint64_t rd_turn; /* the one whose message the pipe from q carries now */
+  uint64_t offered; /* clear-to-sends received from q */
+  uint64_t wr_turn; /* the one whose message goes into q's pipe now */
+} shm_pipe;
+enum { SHM_PIPE_UNKNOWN, SHM_PIPE_PIPE, SHM_PIPE_RING };
+
 typedef struct shm_state {
   char *base;
   size_t total;
@@ -158,6 +190,7 @@ typedef struct shm_state {
   int oversub;         /* more ranks than online CPUs */
   int light_wake;      /* all ranks registered for membarrier (see shm_wake_fence) */
   int zc;              /* all ranks can map each other's braid_mem_alloc memory */
+  int splice;          /* no single copy, and all ranks can vmsplice (see shm_pipe) */
   uint32_t fval;       /* this rank's doorbell value when it armed a sleep */
   int left_grace;      /* peer + 1 whose departure a wait has noticed once (see shm_check_peers) */
   shm_zmap *zmaps;     /* SHM_ZMAP_CAP per peer */
@@ -191,6 +224,7 @@ typedef struct shm_state {
   int npulls;                   /* of those, receives waiting to pull by single copy */
   shm_ctrl **ctrl_q;            /* per destination: control records waiting for ring space */
   shm_cursor *cur;              /* per peer */
+  shm_pipe *pipes;              /* per peer */
   uint64_t next_id;
 } shm_state;
 
@@ -281,6 +315,12 @@ int shm_peer_dead(shm_state *s, int q);
 int shm_membarrier_register(void);
 
 /* Single-copy transfers; fail with PEER_LOST when the peer is gone. */
+int shm_splice_probe(void);
+void shm_pipe_offer(shm_state *s, int src, int *fd, uint64_t *ino, size_t *cap);
+void shm_pipe_open_out(braid_comm *c, shm_state *s, int dst, uint64_t fd, uint64_t ino, uint64_t cap);
+braid_status shm_pipe_push(braid_comm *c, shm_state *s, int dst, const char *buf, size_t len, size_t *done);
+braid_status shm_pipe_pull(braid_comm *c, shm_state *s, int src, char *buf, size_t len, size_t *got);
+void shm_pipes_free(shm_state *s);
 braid_status shm_cma_read(braid_comm *c, shm_state *s, int q, void *local, uint64_t remote, size_t len);
 braid_status shm_cma_write(braid_comm *c, shm_state *s, int q, uint64_t remote, const void *local, size_t len);
 

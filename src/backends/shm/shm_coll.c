@@ -1208,7 +1208,9 @@ braid_status shm_all_to_allv(braid_comm *c, const void *vsend, const size_t *sco
 }
 
 /* Which calls shm leaves to the generic algorithms: gathers, scatters and
-   all-to-alls too large for the slots or the ring. bytes is per rank's
+   all-to-alls too large for the slots or the ring, and mid-size 2-rank
+   all-gathers when pipes carry the messages (one copy, against two through
+   staging; docs/SHM.md has the measured range). bytes is per rank's
    block. */
 int shm_declines(const braid_comm *c, braid__coll_kind kind, size_t bytes) {
   const shm_state *s = c->be;
@@ -1217,6 +1219,8 @@ int shm_declines(const braid_comm *c, braid__coll_kind kind, size_t bytes) {
     case BRAID__COLL_SCATTER: return bytes > SHM_SLOT_DATA / (size_t)s->n;
     case BRAID__COLL_ALL_TO_ALL:
       return bytes > SHM_SLOT_DATA / (size_t)s->n && !(s->cma && bytes * (size_t)s->n <= SHM_A2A_DIRECT_MAX);
+    case BRAID__COLL_ALL_GATHER:
+      return s->splice && s->n == 2 && bytes >= SHM_SPLICE_AG_MIN && bytes <= SHM_SPLICE_AG_MAX;
     default: return 0;
   }
 }

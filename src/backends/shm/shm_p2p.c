@@ -4,7 +4,8 @@
    length in the sender's memory) that the receiver pulls with one
    process_vm_readv (or one memcpy from its mapping of the sender's braid
    memory) and acknowledges, or, without single copy, answers with a
-   clear-to-send after which the sender streams fragments through the ring.
+   clear-to-send after which the sender streams fragments through the ring,
+   or vmsplices the message into a pipe of the receiver's (shm_pipe.c).
    Matching is the core's (core/match.h); this file moves records. */
 #include <errno.h>
 #include <stddef.h>
@@ -16,6 +17,7 @@
 
 enum { REC_PAD = 1, REC_EAGER, REC_RTS, REC_ACK, REC_CTS, REC_DATA };
 enum { REC_F_ZC = 1 }; /* RTS: the payload is the braid__mem_ref of the sender's buffer */
+enum { REC_F_PIPE = 2 }; /* CTS: addr is the receiver's pipe descriptor, count its inode, tag its capacity */
 enum { S_QUEUED, S_WAIT, S_STREAM };
 enum { R_STREAM = 1, R_PULL };
 
@@ -95,16 +97,20 @@ static void remove_send(shm_state *s, shm_req **link) {
   if (s->sends_tail == &o->snext) s->sends_tail = link;
 }
 
-static braid_status queue_ctrl(braid_comm *c, shm_state *s, int dst, uint32_t kind, uint64_t id) {
-  shm_rec h = {.kind = (uint8_t)kind, .id = id};
-  if (!s->ctrl_q[dst] && ring_put(c, s, dst, &h, NULL, 0)) return BRAID_OK;
+static braid_status queue_rec(braid_comm *c, shm_state *s, int dst, const shm_rec *h) {
+  if (!s->ctrl_q[dst] && ring_put(c, s, dst, h, NULL, 0)) return BRAID_OK;
   shm_ctrl *k = calloc(1, sizeof *k);
   if (!k) return braid__fail(c, BRAID_ERR_NO_MEMORY, "out of memory queueing a control record");
-  k->rec = h;
+  k->rec = *h;
   shm_ctrl **link = &s->ctrl_q[dst];
   while (*link) link = &(*link)->next;
   *link = k;
   return BRAID_OK;
+}
+
+static braid_status queue_ctrl(braid_comm *c, shm_state *s, int dst, uint32_t kind, uint64_t id) {
+  shm_rec h = {.kind = (uint8_t)kind, .id = id};
+  return queue_rec(c, s, dst, &h);
 }
 
 static void add_active(shm_state *s, shm_req *r) {
@@ -125,14 +131,64 @@ static void pull_later(shm_state *s, shm_req *r, uint64_t id, uint64_t addr, con
   add_active(s, r);
 }
 
-/* Without single copy: the receiver asks for the message and the sender
-   streams it through the ring. */
+/* Without single copy: the receiver asks for the message, offering its
+   pipe where vmsplice works, and the sender streams it through the pipe
+   or the ring. */
 static braid_status stream_later(braid_comm *c, shm_state *s, shm_req *r, uint64_t id) {
+  int src = r->base.peer;
   r->state = R_STREAM;
   r->id = id;
   r->got = 0;
+  r->pno = s->pipes[src].asked++;
   add_active(s, r);
-  return queue_ctrl(c, s, r->base.peer, REC_CTS, id);
+  shm_rec h = {.kind = REC_CTS, .id = id};
+  int fd = -1;
+  uint64_t ino = 0;
+  size_t cap = 0;
+  if (s->splice) shm_pipe_offer(s, src, &fd, &ino, &cap);
+  if (fd >= 0) {
+    h.flags = REC_F_PIPE;
+    h.addr = (uint64_t)fd;
+    h.count = ino;
+    h.tag = cap;
+  }
+  return queue_rec(c, s, src, &h);
+}
+
+/* Reads what the pipes hold into the receives whose turn it is; a receive
+   read whole is acknowledged, which frees the sender's buffer. */
+static braid_status pipe_reads(braid_comm *c, shm_state *s) {
+  for (shm_req **link = &s->active; *link;) {
+    shm_req *r = *link;
+    shm_pipe *p = &s->pipes[r->base.peer];
+    if (r->state != R_STREAM || p->rmode == SHM_PIPE_RING || p->rd < 0 || r->pno != p->rd_turn) {
+      link = &r->snext;
+      continue;
+    }
+    size_t got;
+    braid_status st = shm_pipe_pull(c, s, r->base.peer, (char *)r->base.buf + r->got, r->base.bytes - r->got, &got);
+    if (st) return st;
+    if (!got) {
+      link = &r->snext;
+      continue;
+    }
+    p->rmode = SHM_PIPE_PIPE;
+    r->got += got;
+    c->moved++;
+    shm_wake_fence(s);
+    shm_wake_one(s, r->base.peer); /* it may wait for room in the pipe */
+    if (r->got < r->base.bytes) {
+      link = &r->snext;
+      continue;
+    }
+    *link = r->snext;
+    p->rd_turn++;
+    int src = r->base.peer;
+    uint64_t id = r->id;
+    braid__req_complete(c, &r->base, BRAID_OK);
+    if ((st = queue_ctrl(c, s, src, REC_ACK, id))) return st;
+  }
+  return BRAID_OK;
 }
 
 /* Copies a rendezvous message into the receive's buffer, straight from the
@@ -242,6 +298,9 @@ static braid_status handle(braid_comm *c, shm_state *s, int src, const shm_rec *
       } else {
         o->state = S_STREAM;
         o->sent = 0;
+        o->pno = s->pipes[src].offered++;
+        if (h->flags & REC_F_PIPE) shm_pipe_open_out(c, s, src, h->addr, h->count, h->tag);
+        else if (s->pipes[src].out == -1) s->pipes[src].out = -2;
       }
       return BRAID_OK;
     }
@@ -251,6 +310,7 @@ static braid_status handle(braid_comm *c, shm_state *s, int src, const shm_rec *
     for (shm_req **link = &s->active; *link; link = &(*link)->snext) {
       shm_req *r = *link;
       if (r->state != R_STREAM || r->base.peer != src || r->id != h->id) continue;
+      s->pipes[src].rmode = SHM_PIPE_RING;
       shm_copy_out((char *)r->base.buf + h->addr, payload, h->len, r->base.bytes);
       r->got += h->len;
       if (r->got == r->base.bytes) {
@@ -286,8 +346,28 @@ static braid_status drain(braid_comm *c, shm_state *s, int src) {
   return st;
 }
 
+/* Lends as much of o's message to dst's pipe as it takes, when o's turn
+   has come; the whole message lent, o waits for the acknowledgement. */
+static braid_status pipe_push(braid_comm *c, shm_state *s, shm_req *o) {
+  int dst = o->base.peer;
+  shm_pipe *p = &s->pipes[dst];
+  if (o->pno != p->wr_turn) return BRAID_OK;
+  size_t done;
+  braid_status st = shm_pipe_push(c, s, dst, (const char *)o->base.buf + o->sent, o->base.bytes - o->sent, &done);
+  if (st || !done) return st;
+  o->sent += done;
+  c->moved++;
+  shm_wake_fence(s);
+  shm_wake_one(s, dst);
+  if (o->sent == o->base.bytes) {
+    o->state = S_WAIT;
+    p->wr_turn++;
+  }
+  return BRAID_OK;
+}
+
 /* Writes what waits for ring space, in order per destination. */
-static void flush(braid_comm *c, shm_state *s) {
+static braid_status flush(braid_comm *c, shm_state *s) {
   for (int d = 0; d < s->n; d++) {
     while (s->ctrl_q[d]) {
       shm_ctrl *k = s->ctrl_q[d];
@@ -332,7 +412,10 @@ static void flush(braid_comm *c, shm_state *s) {
       }
       o->state = S_WAIT;
     }
-    if (o->state == S_STREAM) {
+    if (o->state == S_STREAM && s->pipes[dest].out >= 0) {
+      braid_status st = pipe_push(c, s, o);
+      if (st) return st;
+    } else if (o->state == S_STREAM) {
       while (o->sent < o->base.bytes) {
         size_t len = o->base.bytes - o->sent < SHM_FRAG ? o->base.bytes - o->sent : SHM_FRAG;
         shm_rec h = {.kind = REC_DATA, .len = (uint32_t)len, .id = o->id, .addr = o->sent};
@@ -347,6 +430,7 @@ static void flush(braid_comm *c, shm_state *s) {
     }
     link = &o->snext;
   }
+  return BRAID_OK;
 }
 
 /* Single-copy pulls go last, after this rank's own records (a send's
@@ -357,7 +441,8 @@ static void flush(braid_comm *c, shm_state *s) {
 static braid_status progress(braid_comm *c, shm_state *s, int do_pulls) {
   braid_status st = BRAID_OK;
   for (int q = 0; q < s->n && !st; q++) st = drain(c, s, q);
-  if (!st) flush(c, s);
+  if (!st) st = flush(c, s);
+  if (!st && do_pulls && s->splice && s->active) st = pipe_reads(c, s);
   if (!st && do_pulls && s->npulls) {
     for (shm_req **link = &s->active; *link && !st;) {
       shm_req *r = *link;
@@ -370,7 +455,7 @@ static braid_status progress(braid_comm *c, shm_state *s, int do_pulls) {
       *link = r->snext;
       braid__req_complete(c, &r->base, st ? st : BRAID_OK);
     }
-    if (!st) flush(c, s);
+    if (!st) st = flush(c, s);
   }
   return st;
 }

@@ -245,6 +245,7 @@ static void open_pidfds(shm_state *s) {
 static void state_free(shm_state *s) {
   if (!s) return;
   shm_zc_free(s);
+  shm_pipes_free(s);
   if (s->base) munmap(s->base, s->total);
   for (int q = 0; q < s->n && s->pidfds; q++)
     if (s->pidfds[q] >= 0) close(s->pidfds[q]);
@@ -269,10 +270,12 @@ static shm_state *state_new(int n, int me) {
   s->cur = calloc((size_t)n, sizeof *s->cur);
   s->zmaps = calloc((size_t)n * SHM_ZMAP_CAP, sizeof *s->zmaps);
   s->zepoch = calloc((size_t)n, sizeof *s->zepoch);
+  s->pipes = calloc((size_t)n, sizeof *s->pipes);
   s->sends_tail = &s->sends;
   s->ring_last_root = -1;
   for (int q = 0; q < n && s->pidfds; q++) s->pidfds[q] = -1;
-  if (!s->pids || !s->pidfds || !s->ctrl_q || !s->cur || !s->zmaps || !s->zepoch) {
+  for (int q = 0; q < n && s->pipes; q++) s->pipes[q].rd = s->pipes[q].wr = s->pipes[q].out = -1;
+  if (!s->pids || !s->pidfds || !s->ctrl_q || !s->cur || !s->zmaps || !s->zepoch || !s->pipes) {
     state_free(s);
     return NULL;
   }
@@ -360,7 +363,7 @@ static braid_status attach_and_meet(braid_comm *c, shm_state *s, const char *nam
 
 typedef struct shm_params {
   size_t staging, cma_min;
-  long cma, membar, zc;
+  long cma, membar, zc, splice;
 } shm_params;
 
 static braid_status read_params(braid_comm *c, shm_params *p) {
@@ -369,6 +372,7 @@ static braid_status read_params(braid_comm *c, shm_params *p) {
   if (!st) st = braid__param_int(BRAID_P_SHM_CMA, 0, 1, &p->cma, err, sizeof err);
   if (!st) st = braid__param_int(BRAID_P_SHM_MEMBARRIER, 0, 1, &p->membar, err, sizeof err);
   if (!st) st = braid__param_int(BRAID_P_SHM_ZEROCOPY, 0, 1, &p->zc, err, sizeof err);
+  if (!st) st = braid__param_int(BRAID_P_SHM_SPLICE, 0, 1, &p->splice, err, sizeof err);
   if (!st) st = braid__param_size(BRAID_P_SHM_CMA_MIN, 0, SIZE_MAX, &p->cma_min, err, sizeof err);
   if (st) return braid__fail(c, BRAID_ERR_INVALID_ARG, "%s", err);
   p->staging = round_up(p->staging, 4096);
@@ -379,7 +383,10 @@ static void log_setup(braid_comm *c, const shm_state *s) {
   BLOG_INFO(BRAID_SUB_SHM, c->rank,
             "shm: %d ranks, segment %zu bytes, staging %zu bytes per rank, large transfers %s, braid_mem_alloc "
             "buffers %s, wake-ups %s",
-            s->n, s->total, s->staging, s->cma ? "single-copy (process_vm_readv/writev)" : "copied through shared memory",
+            s->n, s->total, s->staging,
+            s->cma      ? "single-copy (process_vm_readv/writev)"
+            : s->splice ? "copied through shared memory, large messages read from pipes (vmsplice)"
+                        : "copied through shared memory",
             s->zc ? "read in place by peers (zero copy)" : "copied like other memory",
             s->light_wake ? "paired with membarrier (no fence on the sending side)" : "fenced on both sides");
   char cma_from[64] = "never (no single copy)";
@@ -389,7 +396,8 @@ static void log_setup(braid_comm *c, const shm_state *s) {
             "above, all-reduce and reduce-scatter in staging rounds, broadcast and all-gather streamed in 64-256 KiB "
             "chunks; collectives by single copy %s; send/recv eager up to %u bytes, then %s",
             SHM_SLOT_DATA, cma_from, SHM_EAGER_MAX,
-            s->cma ? "pulled by single copy" : "streamed through the pair's ring");
+            s->cma ? "pulled by single copy" : s->splice ? "read from a pipe the sender vmsplices into"
+                                                         : "streamed through the pair's ring");
 }
 
 static braid_status shm_init(braid_comm *c) {
@@ -460,6 +468,10 @@ static braid_status shm_init(braid_comm *c) {
               (s->me + 1) % s->n);
   atomic_store(&mine->zc_ok, zok ? 1u : 2u);
   atomic_store(&mine->membar, prm.membar && shm_membarrier_register() ? 1u : 2u);
+  int sok = prm.splice && s->n > 1 && shm_splice_probe();
+  if (prm.splice && s->n > 1 && !sok)
+    BLOG_INFO(BRAID_SUB_SHM, c->rank, "vmsplice into a pipe failed: no pipes for large messages");
+  atomic_store(&mine->splice_ok, sok ? 1u : 2u);
   shm_post(s);
   st = wait_arrivals(c, s, "its arrival in braid_init");
   if (st) {
@@ -470,11 +482,14 @@ static braid_status shm_init(braid_comm *c) {
   s->cma = s->n > 1;
   s->zc = s->n > 1;
   s->light_wake = 1;
+  s->splice = s->n > 1;
   for (int q = 0; q < s->n; q++) {
+    if (atomic_load(&shm_ctl_of(s, q)->splice_ok) != 1) s->splice = 0;
     if (atomic_load(&shm_ctl_of(s, q)->cma_ok) != 1) s->cma = 0;
     if (atomic_load(&shm_ctl_of(s, q)->zc_ok) != 1) s->zc = 0;
     if (atomic_load(&shm_ctl_of(s, q)->membar) != 1) s->light_wake = 0;
   }
+  if (s->cma) s->splice = 0;
   c->fail_flag = &s->hdr->fail.ready;
   log_setup(c, s);
   return BRAID_OK;
@@ -510,6 +525,7 @@ static braid_status shm_split(braid_comm *parent, braid_comm *child, const int *
   }
   s->cma = ps->cma && n > 1;
   s->zc = ps->zc && n > 1;
+  s->splice = ps->splice && n > 1;
   s->light_wake = ps->light_wake;
   child->fail_flag = &s->hdr->fail.ready;
   return BRAID_OK;

@@ -75,8 +75,8 @@
     "shm backend: 1 uses single-copy process_vm_readv/writev when the kernel allows it, 0 copies through shared "     \
     "memory")                                                                                                         \
   X(SHM_SPLICE, "BRAID_SHM_SPLICE", INT, "1",                                                                         \
-    "shm backend: without single copy, 1 moves point-to-point messages above 8 KiB (and the collectives built on "  \
-    "them) through pipes by vmsplice, one copy; 0 streams them through shared memory, two copies")                   \
+    "shm backend: without single copy, 1 moves point-to-point messages of 8 KiB-4 MiB (and the collectives built "    \
+    "on them) through pipes by vmsplice, one copy; 0 streams them through shared memory, two copies")                 \
   X(SHM_CMA_MIN, "BRAID_SHM_CMA_MIN", SIZE, "256M",                                                                   \
     "shm backend: collectives of at least this many bytes use single copy (when available; messages above 8 KiB "     \
     "always do)")                                                                                                     \

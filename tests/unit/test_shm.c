@@ -669,9 +669,10 @@ static int test_p2p_mismatch(void) {
 /* Several large messages per pair, received in the reverse order of their
    sends, from misaligned buffers. Without single copy they cross the pair's
    pipe whole, in the order of the receiver's clear-to-sends, which is not
-   the order of the sends; one of them is larger than the pipe. */
-enum { PIPE_K = 4 };
-static const size_t pipe_sizes[PIPE_K] = {20001, 300001, (1u << 20) + 3, 3000017};
+   the order of the sends; one of them is larger than the pipes, and the
+   last too large for them, so it streams through the ring between them. */
+enum { PIPE_K = 5 };
+static const size_t pipe_sizes[PIPE_K] = {20001, 300001, (1u << 20) + 3, 3000017, (4u << 20) + 5};
 
 static unsigned char pipe_byte(int from, int to, int k, size_t i) {
   return (unsigned char)(from * 61 + to * 17 + k * 5 + (int)(i % 251) + (int)(i >> 16));

@@ -26,6 +26,8 @@
 #define SHM_EBUF_CACHE 16                      /* eager buffers kept for unexpected messages */
 #define SHM_FRAG (64u << 10)                   /* data fragment when streaming through a ring */
 #define SHM_PIPE_BYTES (256u << 10)            /* capacity asked for a pair's pipe (see shm_pipe) */
+#define SHM_PIPE_MAX ((size_t)4 << 20)         /* larger messages stream through the ring (see shm_pipe) */
+#define SHM_NO_PNO UINT64_MAX                  /* shm_req.pno of a message that does not cross the pipes */
 #define SHM_SPLICE_AG_MIN ((size_t)64 << 10)   /* 2-rank all-gathers with blocks in this range go over pipes */
 #define SHM_SPLICE_AG_MAX ((size_t)1 << 20)
 #define SHM_ROTATE ((size_t)512 << 10)      /* calls staging up to this much per rank rotate (see rotate) */
@@ -123,6 +125,13 @@ typedef struct shm_ring {
      side's copy. */
   _Alignas(SHM_CL) _Atomic uint64_t piped;
   _Alignas(SHM_CL) _Atomic uint64_t unpiped;
+  /* The consumer's pipes for the producer's messages, written before the
+     clear-to-send that offers them (see shm_pipe). */
+  _Alignas(SHM_CL) struct {
+    int32_t fd[2];
+    uint32_t cap;
+    uint64_t ino[2];
+  } offer;
   _Alignas(SHM_CL) char data[];
 } shm_ring;
 
@@ -158,24 +167,33 @@ typedef struct shm_umsg {
 
 typedef struct shm_ctrl shm_ctrl;
 
-/* Without single copy, a large message from q to this rank can cross a
-   pipe this rank made: the sender vmsplices its pages in, this rank reads
+/* Without single copy, a large message from q to this rank can cross
+   pipes this rank made: the sender vmsplices its pages in, this rank reads
    them out, one copy instead of two through the ring. The sender opens the
-   pipe through /proc on the first clear-to-send that offers it and keeps
-   one way (pipe or ring) for the pair, so the byte stream needs no headers:
-   messages cross whole, in the order of their clear-to-sends. */
+   pipes through /proc on the first clear-to-send that offers them and keeps
+   one way (pipes or ring) for the pair, so the byte stream needs no
+   headers: messages cross whole, in the order of their clear-to-sends.
+   Two pipes take the stream's chunks in turn, so that the sender lends one
+   chunk while this rank reads the one before from the other pipe: each
+   call holds its pipe's lock for its whole copy or lend.
+   Only messages up to SHM_PIPE_MAX take the pipes: a pipe leaves the copy
+   and the pages' bookkeeping to the receiver alone, which an exchange (both
+   ranks receiving) repays, but a larger message to a receiver that only
+   receives moved faster through the ring, where the sender's core does
+   half the copying. Deciding by whether the receiver sends too failed: in
+   an exchange, one side may answer before its own send is posted, and a
+   pair split between the ways was slower than either. */
 typedef struct shm_pipe {
-  int rd, wr;       /* receiving from q: this rank's pipe (-1: none yet) */
-  uint64_t ino;     /* its inode, which the sender checks after opening it */
-  uint64_t got;     /* bytes read from it */
-  int out;          /* sending to q: q's pipe, -1 not yet offered, -2 the ring instead */
-  size_t cap;       /* q's pipe's capacity (as this rank's for receiving) */
-  uint64_t lent;    /* bytes lent to it */
+  int rd[2], wr[2]; /* receiving from q: this rank's pipes (-1: none yet) */
+  uint64_t got;     /* bytes read from them */
+  int out[2];       /* sending to q: q's pipes; out[0] -1 not yet offered, -2 the ring instead */
+  size_t chunk;     /* stream bytes per turn of a pipe */
+  uint64_t lent;    /* bytes lent to q's pipes */
   int rmode;        /* receiving from q: SHM_PIPE_UNKNOWN until the first bytes or DATA record */
   uint64_t asked;   /* clear-to-sends sent to q */
-  uint64_t rd_turn; /* the one whose message the pipe from q carries now */
+  uint64_t rd_turn; /* the one whose message the pipes from q carry now */
   uint64_t offered; /* clear-to-sends received from q */
-  uint64_t wr_turn; /* the one whose message goes into q's pipe now */
+  uint64_t wr_turn; /* the one whose message goes into q's pipes now */
 } shm_pipe;
 enum { SHM_PIPE_UNKNOWN, SHM_PIPE_PIPE, SHM_PIPE_RING };
 
@@ -316,8 +334,8 @@ int shm_membarrier_register(void);
 
 /* Single-copy transfers; fail with PEER_LOST when the peer is gone. */
 int shm_splice_probe(void);
-void shm_pipe_offer(shm_state *s, int src, int *fd, uint64_t *ino, size_t *cap);
-void shm_pipe_open_out(braid_comm *c, shm_state *s, int dst, uint64_t fd, uint64_t ino, uint64_t cap);
+int shm_pipe_offer(shm_state *s, int src);
+void shm_pipe_open_out(braid_comm *c, shm_state *s, int dst);
 braid_status shm_pipe_push(braid_comm *c, shm_state *s, int dst, const char *buf, size_t len, size_t *done);
 braid_status shm_pipe_pull(braid_comm *c, shm_state *s, int src, char *buf, size_t len, size_t *got);
 void shm_pipes_free(shm_state *s);

@@ -17,7 +17,7 @@
 
 enum { REC_PAD = 1, REC_EAGER, REC_RTS, REC_ACK, REC_CTS, REC_DATA };
 enum { REC_F_ZC = 1 }; /* RTS: the payload is the braid__mem_ref of the sender's buffer */
-enum { REC_F_PIPE = 2 }; /* CTS: addr is the receiver's pipe descriptor, count its inode, tag its capacity */
+enum { REC_F_PIPE = 2 }; /* CTS: the receiver's pipes are offered (shm_ring.offer) */
 enum { S_QUEUED, S_WAIT, S_STREAM };
 enum { R_STREAM = 1, R_PULL };
 
@@ -132,25 +132,19 @@ static void pull_later(shm_state *s, shm_req *r, uint64_t id, uint64_t addr, con
 }
 
 /* Without single copy: the receiver asks for the message, offering its
-   pipe where vmsplice works, and the sender streams it through the pipe
-   or the ring. */
+   pipes where vmsplice works and the message is not too large for them,
+   and the sender streams it through the pipes or the ring. */
 static braid_status stream_later(braid_comm *c, shm_state *s, shm_req *r, uint64_t id) {
   int src = r->base.peer;
   r->state = R_STREAM;
   r->id = id;
   r->got = 0;
-  r->pno = s->pipes[src].asked++;
+  r->pno = SHM_NO_PNO;
   add_active(s, r);
   shm_rec h = {.kind = REC_CTS, .id = id};
-  int fd = -1;
-  uint64_t ino = 0;
-  size_t cap = 0;
-  if (s->splice) shm_pipe_offer(s, src, &fd, &ino, &cap);
-  if (fd >= 0) {
+  if (s->splice && r->base.bytes <= SHM_PIPE_MAX && shm_pipe_offer(s, src)) {
     h.flags = REC_F_PIPE;
-    h.addr = (uint64_t)fd;
-    h.count = ino;
-    h.tag = cap;
+    r->pno = s->pipes[src].asked++;
   }
   return queue_rec(c, s, src, &h);
 }
@@ -161,7 +155,7 @@ static braid_status pipe_reads(braid_comm *c, shm_state *s) {
   for (shm_req **link = &s->active; *link;) {
     shm_req *r = *link;
     shm_pipe *p = &s->pipes[r->base.peer];
-    if (r->state != R_STREAM || p->rmode == SHM_PIPE_RING || p->rd < 0 || r->pno != p->rd_turn) {
+    if (r->state != R_STREAM || r->pno == SHM_NO_PNO || p->rmode == SHM_PIPE_RING || r->pno != p->rd_turn) {
       link = &r->snext;
       continue;
     }
@@ -298,9 +292,11 @@ static braid_status handle(braid_comm *c, shm_state *s, int src, const shm_rec *
       } else {
         o->state = S_STREAM;
         o->sent = 0;
-        o->pno = s->pipes[src].offered++;
-        if (h->flags & REC_F_PIPE) shm_pipe_open_out(c, s, src, h->addr, h->count, h->tag);
-        else if (s->pipes[src].out == -1) s->pipes[src].out = -2;
+        o->pno = SHM_NO_PNO;
+        if (h->flags & REC_F_PIPE) {
+          o->pno = s->pipes[src].offered++;
+          shm_pipe_open_out(c, s, src);
+        }
       }
       return BRAID_OK;
     }
@@ -310,7 +306,7 @@ static braid_status handle(braid_comm *c, shm_state *s, int src, const shm_rec *
     for (shm_req **link = &s->active; *link; link = &(*link)->snext) {
       shm_req *r = *link;
       if (r->state != R_STREAM || r->base.peer != src || r->id != h->id) continue;
-      s->pipes[src].rmode = SHM_PIPE_RING;
+      if (r->pno != SHM_NO_PNO) s->pipes[src].rmode = SHM_PIPE_RING; /* the sender refused the pipes */
       shm_copy_out((char *)r->base.buf + h->addr, payload, h->len, r->base.bytes);
       r->got += h->len;
       if (r->got == r->base.bytes) {
@@ -412,7 +408,7 @@ static braid_status flush(braid_comm *c, shm_state *s) {
       }
       o->state = S_WAIT;
     }
-    if (o->state == S_STREAM && s->pipes[dest].out >= 0) {
+    if (o->state == S_STREAM && o->pno != SHM_NO_PNO && s->pipes[dest].out[0] >= 0) {
       braid_status st = pipe_push(c, s, o);
       if (st) return st;
     } else if (o->state == S_STREAM) {

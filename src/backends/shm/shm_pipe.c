@@ -33,110 +33,140 @@ int shm_splice_probe(void) {
   return ok;
 }
 
-/* This rank's pipe for messages from src, made on first use; *fd is -1
-   when none can be made (out of descriptors), and the pair uses its ring. */
-void shm_pipe_offer(shm_state *s, int src, int *fd, uint64_t *ino, size_t *cap) {
-  shm_pipe *p = &s->pipes[src];
-  if (p->rd < 0) {
-    int f[2];
-    struct stat st;
-    if (pipe2(f, O_NONBLOCK | O_CLOEXEC) != 0) {
-      *fd = -1;
-      return;
-    }
-    if (fstat(f[1], &st) != 0) {
-      close(f[0]);
-      close(f[1]);
-      *fd = -1;
-      return;
-    }
-    /* A larger pipe lets the sender run further ahead; the kernel may
-       refuse (a user's pipe memory is limited), and the default works. */
-    (void)fcntl(f[1], F_SETPIPE_SZ, (int)SHM_PIPE_BYTES);
-    int got = fcntl(f[1], F_GETPIPE_SZ);
-    p->cap = got > 0 ? (size_t)got : 4096;
-    p->rd = f[0];
-    p->wr = f[1];
-    p->ino = (uint64_t)st.st_ino;
+static int make_pipe(int f[2], uint64_t *ino, size_t *cap) {
+  struct stat st;
+  if (pipe2(f, O_NONBLOCK | O_CLOEXEC) != 0) return 0;
+  if (fstat(f[1], &st) != 0) {
+    close(f[0]);
+    close(f[1]);
+    return 0;
   }
-  *fd = p->wr;
-  *ino = p->ino;
-  *cap = p->cap;
+  /* A larger pipe needs fewer turns; the kernel may refuse (a user's pipe
+     memory is limited), and the default works. */
+  (void)fcntl(f[1], F_SETPIPE_SZ, (int)SHM_PIPE_BYTES);
+  int got = fcntl(f[1], F_GETPIPE_SZ);
+  *cap = got > 0 ? (size_t)got : 4096;
+  *ino = (uint64_t)st.st_ino;
+  return 1;
+}
+
+/* This rank's pipes for messages from src, made on first use and offered
+   in the pair's ring header; 0 when none can be made (out of descriptors),
+   and the pair uses its ring. */
+int shm_pipe_offer(shm_state *s, int src) {
+  shm_pipe *p = &s->pipes[src];
+  if (p->rd[0] >= 0) return 1;
+  int a[2], b[2];
+  uint64_t ia, ib;
+  size_t ca, cb;
+  if (!make_pipe(a, &ia, &ca)) return 0;
+  if (!make_pipe(b, &ib, &cb)) {
+    close(a[0]);
+    close(a[1]);
+    return 0;
+  }
+  shm_ring *r = shm_ring_of(s, src, s->me);
+  r->offer.fd[0] = a[1];
+  r->offer.fd[1] = b[1];
+  r->offer.ino[0] = ia;
+  r->offer.ino[1] = ib;
+  r->offer.cap = (uint32_t)(ca < cb ? ca : cb);
+  p->rd[0] = a[0];
+  p->wr[0] = a[1];
+  p->rd[1] = b[0];
+  p->wr[1] = b[1];
+  /* Its chunk, as the sender will compute it from the offer. */
+  p->chunk = r->offer.cap > 4096 ? r->offer.cap - 4096 : r->offer.cap;
+  return 1;
 }
 
 /* The first clear-to-send from dst decides the pair's way for good. The
-   pipe is opened for reading too, so that a receiver gone away never
-   raises SIGPIPE here (its death is found by the liveness checks). */
-void shm_pipe_open_out(braid_comm *c, shm_state *s, int dst, uint64_t fd, uint64_t ino, uint64_t cap) {
+   pipes are opened for reading too, so that a receiver gone away never
+   raises SIGPIPE here (its death is found by the liveness checks). A
+   chunk leaves a page of the pipe free: a chunk that starts inside a page
+   takes one slot more than its bytes. */
+void shm_pipe_open_out(braid_comm *c, shm_state *s, int dst) {
   shm_pipe *p = &s->pipes[dst];
-  if (p->out != -1) return;
-  p->out = -2;
-  if (!s->splice || fd > INT_MAX || cap < 4096 || cap > (1u << 30)) return;
+  if (p->out[0] != -1) return;
+  p->out[0] = -2;
+  shm_ring *r = shm_ring_of(s, s->me, dst);
+  uint32_t cap = r->offer.cap;
+  if (!s->splice || cap < 4096 || cap > (1u << 30)) return;
+  int f[2] = {-1, -1};
   char path[64];
-  snprintf(path, sizeof path, "/proc/%d/fd/%d", (int)s->pids[dst], (int)fd);
-  int f = open(path, O_RDWR | O_NONBLOCK | O_CLOEXEC);
-  struct stat st;
-  if (f >= 0 && fstat(f, &st) == 0 && S_ISFIFO(st.st_mode) && (uint64_t)st.st_ino == ino) {
-    p->out = f;
-    p->cap = (size_t)cap;
+  const char *why = NULL;
+  for (int i = 0; i < 2 && !why; i++) {
+    struct stat st;
+    snprintf(path, sizeof path, "/proc/%d/fd/%d", (int)s->pids[dst], (int)r->offer.fd[i]);
+    f[i] = open(path, O_RDWR | O_NONBLOCK | O_CLOEXEC);
+    if (f[i] < 0) why = strerror(errno);
+    else if (fstat(f[i], &st) != 0 || !S_ISFIFO(st.st_mode) || (uint64_t)st.st_ino != r->offer.ino[i])
+      why = "not the pipe offered";
+  }
+  if (!why) {
+    p->out[0] = f[0];
+    p->out[1] = f[1];
+    p->chunk = cap > 4096 ? cap - 4096 : cap;
     return;
   }
   BLOG_INFO(BRAID_SUB_SHM, c->rank, "cannot open rank %d's pipe %s (%s): its messages from here cross the ring",
-            braid__label(c, dst), path, f < 0 ? strerror(errno) : "not the pipe offered");
-  if (f >= 0) close(f);
+            braid__label(c, dst), path, why);
+  for (int i = 0; i < 2; i++)
+    if (f[i] >= 0) close(f[i]);
 }
 
-/* A lend only where the pipe has room for a part worth a system call: a
-   page-misaligned message takes a slot more than its bytes, so the lend
-   may still come up short (EAGAIN), which is no error. */
-#define PIPE_PART ((size_t)64 << 10)
-
+/* Lends what the turn of the pipes allows: the pipe of chunk k takes it
+   once chunk k - 2, its last, is read. */
 braid_status shm_pipe_push(braid_comm *c, shm_state *s, int dst, const char *buf, size_t len, size_t *done) {
   *done = 0;
   shm_pipe *p = &s->pipes[dst];
   shm_ring *r = shm_ring_of(s, s->me, dst);
-  size_t room = p->cap - (size_t)(p->lent - atomic_load_explicit(&r->unpiped, memory_order_acquire));
-  size_t part = PIPE_PART < p->cap / 2 ? PIPE_PART : p->cap / 2;
-  size_t want = len < room ? len : room;
-  if (want < (len < part ? len : part)) return BRAID_OK;
-  for (;;) {
-    struct iovec io = {(void *)(uintptr_t)buf, want};
-    ssize_t k = vmsplice(p->out, &io, 1, SPLICE_F_NONBLOCK);
-    if (k > 0) {
-      *done = (size_t)k;
-      p->lent += (uint64_t)k;
+  const uint64_t C = p->chunk;
+  uint64_t read = atomic_load_explicit(&r->unpiped, memory_order_acquire);
+  while (*done < len) {
+    uint64_t k = p->lent / C;
+    if (k >= 2 && read < (k - 1) * C) break;
+    size_t want = (size_t)((k + 1) * C - p->lent);
+    if (want > len - *done) want = len - *done;
+    struct iovec io = {(void *)(uintptr_t)(buf + *done), want};
+    ssize_t n = vmsplice(p->out[k & 1], &io, 1, SPLICE_F_NONBLOCK);
+    if (n > 0) {
+      *done += (size_t)n;
+      p->lent += (uint64_t)n;
       atomic_store_explicit(&r->piped, p->lent, memory_order_release);
-      return BRAID_OK;
+      continue;
     }
-    if (k < 0 && errno == EINTR) continue;
-    if (k < 0 && errno == EAGAIN) return BRAID_OK;
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) break;
     return braid__fail_comm(c, BRAID_ERR_SYSTEM, "vmsplice of a %zu-byte message to rank %d failed: %s", len,
-                            braid__label(c, dst), k < 0 ? strerror(errno) : "no progress");
+                            braid__label(c, dst), n < 0 ? strerror(errno) : "no progress");
   }
+  return BRAID_OK;
 }
 
-/* Reads all the pipe holds of the message at once: reading in parts was
-   slower, each part taking the pipe's lock again while the sender waited
-   on it to lend. */
+/* Reads what was lent of the message, chunk by chunk from the pipe of each. */
 braid_status shm_pipe_pull(braid_comm *c, shm_state *s, int src, char *buf, size_t len, size_t *got) {
   *got = 0;
   shm_pipe *p = &s->pipes[src];
   shm_ring *r = shm_ring_of(s, src, s->me);
-  while (*got < len) {
-    size_t avail = (size_t)(atomic_load_explicit(&r->piped, memory_order_acquire) - p->got);
-    if (!avail) break;
-    ssize_t k = read(p->rd, buf + *got, len - *got < avail ? len - *got : avail);
-    if (k > 0) {
-      *got += (size_t)k;
-      p->got += (uint64_t)k;
+  const uint64_t C = p->chunk;
+  uint64_t lent = atomic_load_explicit(&r->piped, memory_order_acquire);
+  while (*got < len && lent > p->got) {
+    uint64_t k = p->got / C, end = (k + 1) * C < lent ? (k + 1) * C : lent;
+    size_t want = (size_t)(end - p->got);
+    if (want > len - *got) want = len - *got;
+    ssize_t n = read(p->rd[k & 1], buf + *got, want);
+    if (n > 0) {
+      *got += (size_t)n;
+      p->got += (uint64_t)n;
       atomic_store_explicit(&r->unpiped, p->got, memory_order_release);
       continue;
     }
-    if (k < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EINTR) continue;
     /* The sender counts bytes only once they are in the pipe: it cannot be
        empty here. */
     return braid__fail_comm(c, BRAID_ERR_SYSTEM, "reading a %zu-byte message of rank %d from its pipe failed: %s", len,
-                            braid__label(c, src), k < 0 ? strerror(errno) : "end of file");
+                            braid__label(c, src), n < 0 ? strerror(errno) : "end of file");
   }
   return BRAID_OK;
 }
@@ -144,9 +174,11 @@ braid_status shm_pipe_pull(braid_comm *c, shm_state *s, int src, char *buf, size
 void shm_pipes_free(shm_state *s) {
   for (int q = 0; q < s->n && s->pipes; q++) {
     shm_pipe *p = &s->pipes[q];
-    if (p->rd >= 0) close(p->rd);
-    if (p->wr >= 0) close(p->wr);
-    if (p->out >= 0) close(p->out);
+    for (int i = 0; i < 2; i++) {
+      if (p->rd[i] >= 0) close(p->rd[i]);
+      if (p->wr[i] >= 0) close(p->wr[i]);
+      if (p->out[i] >= 0) close(p->out[i]);
+    }
   }
   free(s->pipes);
   s->pipes = NULL;

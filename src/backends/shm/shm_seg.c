@@ -274,7 +274,8 @@ static shm_state *state_new(int n, int me) {
   s->sends_tail = &s->sends;
   s->ring_last_root = -1;
   for (int q = 0; q < n && s->pidfds; q++) s->pidfds[q] = -1;
-  for (int q = 0; q < n && s->pipes; q++) s->pipes[q].rd = s->pipes[q].wr = s->pipes[q].out = -1;
+  for (int q = 0; q < n && s->pipes; q++)
+    for (int i = 0; i < 2; i++) s->pipes[q].rd[i] = s->pipes[q].wr[i] = s->pipes[q].out[i] = -1;
   if (!s->pids || !s->pidfds || !s->ctrl_q || !s->cur || !s->zmaps || !s->zepoch || !s->pipes) {
     state_free(s);
     return NULL;

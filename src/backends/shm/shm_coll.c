@@ -406,6 +406,51 @@ static braid_status red_staging(braid_comm *c, shm_state *s, const char *in, cha
   return root == s->me ? BRAID_OK : wait_flag(c, s, root, s->ph, "the root's copy of the reduced slices in braid_reduce");
 }
 
+/* Reduce to the root in staging rounds where only the root reduces: the
+   others copy each range of their input into staging (E) and go on to the
+   next, the root reduces its input and every peer's staged range straight
+   into out (R). Against red_staging the root skips its own staging copy
+   and the copy-out of the other slices. A half is rewritten two rounds
+   later, once the root has posted R of the round that used it; the
+   non-roots' end wait lets the next staged call rewrite staging. */
+static braid_status red_to_root(braid_comm *c, shm_state *s, const char *in, char *out, size_t count, braid_dtype dt,
+                                braid_op op, int root) {
+  braid_status st = staging_quiesce(c, s);
+  if (st) return st;
+  size_t es = braid_dtype_size(dt);
+  /* Small ranges: the root reduces one while the others stage the next. */
+  size_t per_round = (s->staging / 2) / es, cap = SHM_REDUCE_RANGE / es;
+  if (per_round > cap) per_round = cap;
+  const int me_root = s->me == root;
+  const uint64_t base = s->ph;
+  SRCS_DECL;
+  uint64_t i = 0;
+  for (size_t off = 0; off < count && !st; off += per_round, i++) {
+    size_t L = count - off < per_round ? count - off : per_round;
+    size_t h = stage_slot(s, L * es, count * es);
+    if (!me_root) {
+      if (i >= 2 && (st = wait_flag(c, s, root, base + i - 1, "the root's reduce of an earlier range in braid_reduce")))
+        break;
+      memcpy(staging_of(s, s->me) + h, in + off * es, L * es);
+      shm_post(s);
+      continue;
+    }
+    if ((st = shm_wait_all(c, s, base + i + 1, "its input to braid_reduce"))) break;
+    if (i == 0 && (st = check_posts(c, s))) break;
+    for (int q = 0; q < s->n; q++) srcs[q] = q == s->me ? in + off * es : staging_of(s, q) + h;
+    braid__reduce(out + off * es, srcs, s->n, L, dt, op, s->n);
+    shm_post(s);
+  }
+  SRCS_FREE;
+  if (st || me_root) return st;
+  if ((st = wait_flag(c, s, root, s->ph, "the root's reduce of the staged ranges in braid_reduce"))) return st;
+  /* The root posted its last range only after every rank's digest matched
+     its own (it may be in its next call already, so its digest is not read
+     here). */
+  if (c->check) all_compared(c, s);
+  return BRAID_OK;
+}
+
 /* Single copy: each rank reduces its slice by reading every peer's buffer in
    L2-sized chunks (in place where it is braid memory) and writes the result
    into every peer's buffer, so each byte of each buffer is read once and
@@ -933,6 +978,11 @@ braid_status shm_reduce(braid_comm *c, const void *vsend, void *vrecv, size_t co
     return BRAID_OK;
   }
   size_t bytes = count * braid_dtype_size(dt);
+  /* Up to 4 ranks (measured) the root alone reduces; with more, spreading
+     the slices over every rank's core keeps the root from doing n - 1
+     additions per element. */
+  if (bytes > SHM_SLOT_DATA && s->n <= SHM_REDUCE_ROOT_MAX)
+    return red_to_root(c, s, send, s->me == root ? recv : NULL, count, dt, op, root);
   if (bytes > SHM_SLOT_DATA) return red_staging(c, s, send, s->me == root ? recv : NULL, count, dt, op, root);
   SRCS_DECL;
   uint64_t b = 0;

@@ -236,6 +236,10 @@ typedef struct shm_state {
   uint64_t sseq;       /* chunks of streamed broadcasts run (staging slot) */
   uint64_t round;      /* staging rounds run (staging-half parity) */
   uint64_t agseq;      /* staged all-gathers run (see rotate) */
+  /* Per staging half: a reduce's root (-1: none) still to post hneed before
+     this rank rewrites the half (see red_to_root). */
+  int hroot[2];
+  uint64_t hneed[2];
   char *tmp;           /* CMA landing buffers, n-1 of tmp_each bytes */
   size_t tmp_each;
   /* point to point */

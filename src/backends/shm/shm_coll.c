@@ -287,10 +287,23 @@ static braid_status wait_stream(braid_comm *c, shm_state *s, uint64_t v, const c
   return BRAID_OK;
 }
 
+/* Staging half h once the root of an earlier reduce has read what this
+   rank staged there (red_to_root). */
+static braid_status half_free(braid_comm *c, shm_state *s, int h) {
+  if (s->hroot[h] < 0) return BRAID_OK;
+  braid_status st = wait_flag(c, s, s->hroot[h], s->hneed[h], "the root's reduce of its input to an earlier braid_reduce");
+  if (!st) s->hroot[h] = -1;
+  return st;
+}
+
 /* Before a collective writes this rank's staging: streamed broadcasts do not
-   wait for their readers, so some may still copy from it. */
+   wait for their readers, and reduces do not wait for their root, so some
+   may still copy from it. */
 static braid_status staging_quiesce(braid_comm *c, shm_state *s) {
-  return s->sseq ? wait_stream(c, s, s->sseq, "its copy of an earlier braid_broadcast") : BRAID_OK;
+  braid_status st = s->sseq ? wait_stream(c, s, s->sseq, "its copy of an earlier braid_broadcast") : BRAID_OK;
+  if (!st) st = half_free(c, s, 0);
+  if (!st) st = half_free(c, s, 1);
+  return st;
 }
 
 /* ---------------------------------------------------------------- all-reduce */
@@ -407,15 +420,19 @@ static braid_status red_staging(braid_comm *c, shm_state *s, const char *in, cha
 }
 
 /* Reduce to the root in staging rounds where only the root reduces: the
-   others copy each range of their input into staging (E) and go on to the
-   next, the root reduces its input and every peer's staged range straight
-   into out (R). Against red_staging the root skips its own staging copy
-   and the copy-out of the other slices. A half is rewritten two rounds
-   later, once the root has posted R of the round that used it; the
-   non-roots' end wait lets the next staged call rewrite staging. */
+   others copy each range of their input into staging (E), post, and go on,
+   out of the call too; the root reduces its input and every peer's staged
+   range straight into out (R) and posts. Against red_staging the root skips
+   its own staging copy and the copy-out of the other slices, and
+   back-to-back reduces overlap. A half is rewritten, in this call or any
+   later one (staging_quiesce), once the root has posted the round that
+   used it (hroot, hneed). The root compares every rank's logged call with
+   its own before its first R, but a non-root does not learn the outcome,
+   so the call counts as a ring call for the call check (see
+   shm_coll_start). */
 static braid_status red_to_root(braid_comm *c, shm_state *s, const char *in, char *out, size_t count, braid_dtype dt,
                                 braid_op op, int root) {
-  braid_status st = staging_quiesce(c, s);
+  braid_status st = s->sseq ? wait_stream(c, s, s->sseq, "its copy of an earlier braid_broadcast") : BRAID_OK;
   if (st) return st;
   size_t es = braid_dtype_size(dt);
   /* Small ranges: the root reduces one while the others stage the next. */
@@ -427,28 +444,28 @@ static braid_status red_to_root(braid_comm *c, shm_state *s, const char *in, cha
   uint64_t i = 0;
   for (size_t off = 0; off < count && !st; off += per_round, i++) {
     size_t L = count - off < per_round ? count - off : per_round;
+    int half = (int)(s->round & 1);
     size_t h = stage_slot(s, L * es, count * es);
     if (!me_root) {
-      if (i >= 2 && (st = wait_flag(c, s, root, base + i - 1, "the root's reduce of an earlier range in braid_reduce")))
-        break;
+      if ((st = half_free(c, s, half))) break;
       memcpy(staging_of(s, s->me) + h, in + off * es, L * es);
       shm_post(s);
+      s->hroot[half] = root;
+      s->hneed[half] = s->ph; /* the root's post of this round has the same number */
       continue;
     }
     if ((st = shm_wait_all(c, s, base + i + 1, "its input to braid_reduce"))) break;
-    if (i == 0 && (st = check_posts(c, s))) break;
+    /* A non-root may be calls ahead by now: its log, not its digest. */
+    for (int q = 0; q < s->n && i == 0 && !st; q++)
+      if (q != s->me) st = check_root(c, q);
+    if (st) break;
     for (int q = 0; q < s->n; q++) srcs[q] = q == s->me ? in + off * es : staging_of(s, q) + h;
     braid__reduce(out + off * es, srcs, s->n, L, dt, op, s->n);
     shm_post(s);
   }
   SRCS_FREE;
-  if (st || me_root) return st;
-  if ((st = wait_flag(c, s, root, s->ph, "the root's reduce of the staged ranges in braid_reduce"))) return st;
-  /* The root posted its last range only after every rank's digest matched
-     its own (it may be in its next call already, so its digest is not read
-     here). */
-  if (c->check) all_compared(c, s);
-  return BRAID_OK;
+  if (!st) ring_fold(c, s);
+  return st;
 }
 
 /* Single copy: each rank reduces its slice by reading every peer's buffer in
@@ -711,6 +728,8 @@ braid_status shm_broadcast(braid_comm *c, void *vbuf, size_t count, braid_dtype 
   uint64_t zkey = SHM_ZKEY_BCAST | (s->sseq + 1);
   if (s->me == root && (st = claim_stream_root(c, s))) return st;
   if (s->me == root && shm_zc_announce(s, buf, bytes, zkey)) return bcast_zc_root(c, s, s->sseq++);
+  /* Its own chunks pace a root; a reduce's root may still read its staging. */
+  if (s->me == root && ((st = half_free(c, s, 0)) || (st = half_free(c, s, 1)))) return st;
   for (size_t off = 0; off < bytes; off += C) {
     size_t L = bytes - off < C ? bytes - off : C;
     uint64_t g = s->sseq++;

@@ -273,6 +273,7 @@ static shm_state *state_new(int n, int me) {
   s->pipes = calloc((size_t)n, sizeof *s->pipes);
   s->sends_tail = &s->sends;
   s->ring_last_root = -1;
+  s->hroot[0] = s->hroot[1] = -1;
   for (int q = 0; q < n && s->pidfds; q++) s->pidfds[q] = -1;
   for (int q = 0; q < n && s->pipes; q++)
     for (int i = 0; i < 2; i++) s->pipes[q].rd[i] = s->pipes[q].wr[i] = s->pipes[q].out[i] = -1;

@@ -188,8 +188,9 @@ typedef struct shm_ctrl shm_ctrl;
 typedef struct shm_pipe {
   int rd[2], wr[2]; /* receiving from q: this rank's pipes (-1: none yet) */
   uint64_t got;     /* bytes read from them */
+  size_t rchunk;    /* stream bytes per turn of one of them */
   int out[2];       /* sending to q: q's pipes; out[0] -1 not yet offered, -2 the ring instead */
-  size_t chunk;     /* stream bytes per turn of a pipe */
+  size_t wchunk;    /* stream bytes per turn of one of q's pipes (their capacity may differ) */
   uint64_t lent;    /* bytes lent to q's pipes */
   int rmode;        /* receiving from q: SHM_PIPE_UNKNOWN until the first bytes or DATA record */
   uint64_t asked;   /* clear-to-sends sent to q */

@@ -33,6 +33,11 @@ int shm_splice_probe(void) {
   return ok;
 }
 
+/* Stream bytes per turn of a pipe of capacity cap, as both sides compute
+   it from the offer: a page less, since a chunk that starts inside a page
+   takes one slot more than its bytes. */
+static size_t chunk_of(uint32_t cap) { return cap > 4096 ? cap - 4096 : cap; }
+
 static int make_pipe(int f[2], uint64_t *ino, size_t *cap) {
   struct stat st;
   if (pipe2(f, O_NONBLOCK | O_CLOEXEC) != 0) return 0;
@@ -75,16 +80,13 @@ int shm_pipe_offer(shm_state *s, int src) {
   p->wr[0] = a[1];
   p->rd[1] = b[0];
   p->wr[1] = b[1];
-  /* Its chunk, as the sender will compute it from the offer. */
-  p->chunk = r->offer.cap > 4096 ? r->offer.cap - 4096 : r->offer.cap;
+  p->rchunk = chunk_of(r->offer.cap);
   return 1;
 }
 
 /* The first clear-to-send from dst decides the pair's way for good. The
    pipes are opened for reading too, so that a receiver gone away never
-   raises SIGPIPE here (its death is found by the liveness checks). A
-   chunk leaves a page of the pipe free: a chunk that starts inside a page
-   takes one slot more than its bytes. */
+   raises SIGPIPE here (its death is found by the liveness checks). */
 void shm_pipe_open_out(braid_comm *c, shm_state *s, int dst) {
   shm_pipe *p = &s->pipes[dst];
   if (p->out[0] != -1) return;
@@ -106,7 +108,7 @@ void shm_pipe_open_out(braid_comm *c, shm_state *s, int dst) {
   if (!why) {
     p->out[0] = f[0];
     p->out[1] = f[1];
-    p->chunk = cap > 4096 ? cap - 4096 : cap;
+    p->wchunk = chunk_of(cap);
     return;
   }
   BLOG_INFO(BRAID_SUB_SHM, c->rank, "cannot open rank %d's pipe %s (%s): its messages from here cross the ring",
@@ -121,7 +123,7 @@ braid_status shm_pipe_push(braid_comm *c, shm_state *s, int dst, const char *buf
   *done = 0;
   shm_pipe *p = &s->pipes[dst];
   shm_ring *r = shm_ring_of(s, s->me, dst);
-  const uint64_t C = p->chunk;
+  const uint64_t C = p->wchunk;
   uint64_t read = atomic_load_explicit(&r->unpiped, memory_order_acquire);
   while (*done < len) {
     uint64_t k = p->lent / C;
@@ -149,7 +151,7 @@ braid_status shm_pipe_pull(braid_comm *c, shm_state *s, int src, char *buf, size
   *got = 0;
   shm_pipe *p = &s->pipes[src];
   shm_ring *r = shm_ring_of(s, src, s->me);
-  const uint64_t C = p->chunk;
+  const uint64_t C = p->rchunk;
   uint64_t lent = atomic_load_explicit(&r->piped, memory_order_acquire);
   while (*got < len && lent > p->got) {
     uint64_t k = p->got / C, end = (k + 1) * C < lent ? (k + 1) * C : lent;

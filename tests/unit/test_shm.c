@@ -789,8 +789,8 @@ static int body_pipe_order(braid_comm *c, int rank, int n, void *arg) {
 }
 
 /* Out of descriptors: rank 0 can neither make pipes (its messages from
-   rank 1 stream through the ring) nor open rank 1's (rank 1 learns it
-   from the first DATA record of a message it offered the pipes for). */
+   rank 1 stream through the ring) nor open rank 1's (its messages to
+   rank 1 do too, as DATA records for receives that offered the pipes). */
 static int body_pipe_nofd(braid_comm *c, int rank, int n, void *arg) {
   (void)arg;
   struct rlimit was;

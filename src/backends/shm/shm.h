@@ -192,13 +192,11 @@ typedef struct shm_pipe {
   int out[2];       /* sending to q: q's pipes; out[0] -1 not yet offered, -2 the ring instead */
   size_t wchunk;    /* stream bytes per turn of one of q's pipes (their capacity may differ) */
   uint64_t lent;    /* bytes lent to q's pipes */
-  int rmode;        /* receiving from q: SHM_PIPE_UNKNOWN until the first bytes or DATA record */
   uint64_t asked;   /* clear-to-sends sent to q */
   uint64_t rd_turn; /* the one whose message the pipes from q carry now */
   uint64_t offered; /* clear-to-sends received from q */
   uint64_t wr_turn; /* the one whose message goes into q's pipes now */
 } shm_pipe;
-enum { SHM_PIPE_UNKNOWN, SHM_PIPE_PIPE, SHM_PIPE_RING };
 
 typedef struct shm_state {
   char *base;
@@ -339,13 +337,15 @@ int shm_peer_dead(shm_state *s, int q);
 /* Registers this process, once, for expedited membarrier; 1 if it worked. */
 int shm_membarrier_register(void);
 
-/* Single-copy transfers; fail with PEER_LOST when the peer is gone. */
+/* The pipes of shm_pipe (shm_pipe.c). */
 int shm_splice_probe(void);
 int shm_pipe_offer(shm_state *s, int src);
 void shm_pipe_open_out(braid_comm *c, shm_state *s, int dst);
 braid_status shm_pipe_push(braid_comm *c, shm_state *s, int dst, const char *buf, size_t len, size_t *done);
 braid_status shm_pipe_pull(braid_comm *c, shm_state *s, int src, char *buf, size_t len, size_t *got);
 void shm_pipes_free(shm_state *s);
+
+/* Single-copy transfers; fail with PEER_LOST when the peer is gone. */
 braid_status shm_cma_read(braid_comm *c, shm_state *s, int q, void *local, uint64_t remote, size_t len);
 braid_status shm_cma_write(braid_comm *c, shm_state *s, int q, uint64_t remote, const void *local, size_t len);
 

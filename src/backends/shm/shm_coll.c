@@ -296,14 +296,23 @@ static braid_status half_free(braid_comm *c, shm_state *s, int h) {
   return st;
 }
 
+/* Both staging halves free of earlier reduces' inputs. */
+static braid_status halves_free(braid_comm *c, shm_state *s) {
+  braid_status st = half_free(c, s, 0);
+  return st ? st : half_free(c, s, 1);
+}
+
+/* Every chunk of earlier streamed broadcasts copied out. */
+static braid_status streams_copied(braid_comm *c, shm_state *s) {
+  return s->sseq ? wait_stream(c, s, s->sseq, "its copy of an earlier braid_broadcast") : BRAID_OK;
+}
+
 /* Before a collective writes this rank's staging: streamed broadcasts do not
    wait for their readers, and reduces do not wait for their root, so some
    may still copy from it. */
 static braid_status staging_quiesce(braid_comm *c, shm_state *s) {
-  braid_status st = s->sseq ? wait_stream(c, s, s->sseq, "its copy of an earlier braid_broadcast") : BRAID_OK;
-  if (!st) st = half_free(c, s, 0);
-  if (!st) st = half_free(c, s, 1);
-  return st;
+  braid_status st = streams_copied(c, s);
+  return st ? st : halves_free(c, s);
 }
 
 /* ---------------------------------------------------------------- all-reduce */
@@ -432,7 +441,7 @@ static braid_status red_staging(braid_comm *c, shm_state *s, const char *in, cha
    shm_coll_start). */
 static braid_status red_to_root(braid_comm *c, shm_state *s, const char *in, char *out, size_t count, braid_dtype dt,
                                 braid_op op, int root) {
-  braid_status st = s->sseq ? wait_stream(c, s, s->sseq, "its copy of an earlier braid_broadcast") : BRAID_OK;
+  braid_status st = streams_copied(c, s);
   if (st) return st;
   size_t es = braid_dtype_size(dt);
   /* Small ranges: the root reduces one while the others stage the next. */
@@ -729,7 +738,7 @@ braid_status shm_broadcast(braid_comm *c, void *vbuf, size_t count, braid_dtype 
   if (s->me == root && (st = claim_stream_root(c, s))) return st;
   if (s->me == root && shm_zc_announce(s, buf, bytes, zkey)) return bcast_zc_root(c, s, s->sseq++);
   /* Its own chunks pace a root; a reduce's root may still read its staging. */
-  if (s->me == root && ((st = half_free(c, s, 0)) || (st = half_free(c, s, 1)))) return st;
+  if (s->me == root && (st = halves_free(c, s))) return st;
   for (size_t off = 0; off < bytes; off += C) {
     size_t L = bytes - off < C ? bytes - off : C;
     uint64_t g = s->sseq++;

@@ -155,7 +155,9 @@ static braid_status pipe_reads(braid_comm *c, shm_state *s) {
   for (shm_req **link = &s->active; *link;) {
     shm_req *r = *link;
     shm_pipe *p = &s->pipes[r->base.peer];
-    if (r->state != R_STREAM || r->pno == SHM_NO_PNO || p->rmode == SHM_PIPE_RING || r->pno != p->rd_turn) {
+    /* Where the sender refused the pipes, nothing is ever lent to them: its
+       DATA records fill the receive instead. */
+    if (r->state != R_STREAM || r->pno == SHM_NO_PNO || r->pno != p->rd_turn) {
       link = &r->snext;
       continue;
     }
@@ -166,7 +168,6 @@ static braid_status pipe_reads(braid_comm *c, shm_state *s) {
       link = &r->snext;
       continue;
     }
-    p->rmode = SHM_PIPE_PIPE;
     r->got += got;
     c->moved++;
     shm_wake_fence(s);
@@ -306,7 +307,6 @@ static braid_status handle(braid_comm *c, shm_state *s, int src, const shm_rec *
     for (shm_req **link = &s->active; *link; link = &(*link)->snext) {
       shm_req *r = *link;
       if (r->state != R_STREAM || r->base.peer != src || r->id != h->id) continue;
-      if (r->pno != SHM_NO_PNO) s->pipes[src].rmode = SHM_PIPE_RING; /* the sender refused the pipes */
       shm_copy_out((char *)r->base.buf + h->addr, payload, h->len, r->base.bytes);
       r->got += h->len;
       if (r->got == r->base.bytes) {

@@ -3,7 +3,8 @@
    above MPI's guaranteed MPI_TAG_UB, order per (source, tag), unexpected
    and posted receives, inline and large payloads), mismatch (ranks in
    different collectives), timeout (a rank that stalls: the others fail
-   within BRAID_TIMEOUT, the stalled one hears of it), comm (a communicator
+   within BRAID_TIMEOUT, the stalled one hears of it), late (a peer sends
+   on a communicator the receiver destroyed after a failure), comm (a communicator
    the application made), auto (braid_init(NULL) picks mpi under mpirun),
    coll (BRAID_MPI_COLL's checks and choices), route (which route auto and
    BRAID_ALGO give a call), startfail (a rank whose start fails, or never
@@ -405,6 +406,49 @@ static int mode_timeout(void) {
   return 0;
 }
 
+/* A peer that has not heard of a failure yet still sends on the failed
+   communicator: rank 1 times out first and tells the others; rank 0 hears
+   of it and destroys its communicator at once; only then does rank 2 send
+   to rank 0. The next communicator must start and work on every rank. */
+static int mode_late(void) {
+  braid_comm *c;
+  if (open_comm(&c, 1.0, NULL)) return 1;
+  int rank = braid_rank(c), n = braid_world_size(c);
+  if (n < 3) return braid_destroy(c) != BRAID_OK;
+  /* Earlier traffic on every pair, as a failed collective has had. */
+  int x = 0;
+  for (int i = 0; i < 3; i++) BT_CHECK_OK(braid_all_reduce(c, &x, 1, BRAID_I32, BRAID_SUM), c);
+  BT_CHECK_OK(braid_sync(c), c);
+  braid_status st = BRAID_OK;
+  if (rank == 0) {
+    usleep(300 * 1000); /* its deadline after rank 1's: it is told, not timed out */
+    st = braid_recv(c, &x, 1, BRAID_I32, 2, 9);
+    if (st == BRAID_OK) st = braid_sync(c);
+    BT_CHECK(st == BRAID_ERR_PEER_LOST, "rank 0 got %s: %s", braid_status_string(st), braid_last_error(c));
+  } else if (rank == 1) {
+    st = braid_recv(c, &x, 1, BRAID_I32, 2, 9);
+    if (st == BRAID_OK) st = braid_sync(c);
+    BT_CHECK(st == BRAID_ERR_TIMEOUT, "rank 1 got %s: %s", braid_status_string(st), braid_last_error(c));
+  } else if (rank == 2) {
+    sleep(3);
+    x = 42;
+    /* A small send completes once MPI has it, notice read or not; a
+       failure can only be the one rank 1 announced. */
+    st = braid_send(c, &x, 1, BRAID_I32, 0, 9);
+    if (st == BRAID_OK) st = braid_sync(c);
+    BT_CHECK(st == BRAID_OK || st == BRAID_ERR_PEER_LOST, "late sender got %s: %s", braid_status_string(st),
+             braid_last_error(c));
+  }
+  braid_destroy(c);
+  if (open_comm(&c, 30, NULL)) return 1;
+  int v = rank + 1;
+  BT_CHECK_OK(braid_all_reduce(c, &v, 1, BRAID_I32, BRAID_SUM), c);
+  BT_CHECK_OK(braid_sync(c), c);
+  BT_CHECK(v == n * (n + 1) / 2, "sum %d after the failed communicator, want %d", v, n * (n + 1) / 2);
+  BT_CHECK_OK(braid_destroy(c), NULL);
+  return 0;
+}
+
 /* A communicator the application made: braid's ranks are the ones in it. */
 static int mode_comm(void) {
   int wr, wn;
@@ -536,6 +580,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(mode, "p2p")) rc = mode_p2p();
   else if (!strcmp(mode, "mismatch")) rc = mode_mismatch();
   else if (!strcmp(mode, "timeout")) rc = mode_timeout();
+  else if (!strcmp(mode, "late")) rc = mode_late();
   else if (!strcmp(mode, "comm")) rc = mode_comm();
   else if (!strcmp(mode, "auto")) rc = mode_auto();
   else if (!strcmp(mode, "coll")) rc = mode_coll();

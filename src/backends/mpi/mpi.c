@@ -737,10 +737,13 @@ static void mpi_destroy(braid_comm *c, double timeout_s) {
     mpi_progress(c);
     LOCK();
   }
-  /* Messages this rank still sends on the communicator (unfinished sends,
-     failure notices) would meet a new communicator that reused its MPI
-     context id: one that has any keeps its MPI communicator. */
-  if (s->active || s->nfail_req) s->abandoned = 1;
+  /* Messages still in flight on a freed communicator meet the next
+     communicator creation that reserves or reuses its MPI context id (with
+     Open MPI, the MPI_Comm_idup of the next braid_init then never
+     completes). So MPI keeps it where this rank still sends (unfinished
+     sends, failure notices), and wherever the communicator failed: a peer
+     that has not heard of the failure yet may still send to this rank. */
+  if (s->active || s->nfail_req || atomic_load(&c->failed)) s->abandoned = 1;
   for (mpi_req *r = s->active, *rn; r; r = rn) {
     rn = r->anext;
     MPI_Request *rq = r->more ? r->more : &r->one[1];

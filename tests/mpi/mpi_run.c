@@ -421,7 +421,7 @@ static int mode_late(void) {
   BT_CHECK_OK(braid_sync(c), c);
   braid_status st = BRAID_OK;
   if (rank == 0) {
-    usleep(300 * 1000); /* its deadline after rank 1's: it is told, not timed out */
+    sleep(1); /* its deadline 1 s after rank 1's: it is told, not timed out */
     st = braid_recv(c, &x, 1, BRAID_I32, 2, 9);
     if (st == BRAID_OK) st = braid_sync(c);
     BT_CHECK(st == BRAID_ERR_PEER_LOST, "rank 0 got %s: %s", braid_status_string(st), braid_last_error(c));
@@ -430,7 +430,7 @@ static int mode_late(void) {
     if (st == BRAID_OK) st = braid_sync(c);
     BT_CHECK(st == BRAID_ERR_TIMEOUT, "rank 1 got %s: %s", braid_status_string(st), braid_last_error(c));
   } else if (rank == 2) {
-    sleep(3);
+    sleep(4); /* after rank 0 heard of the failure (at about 1 s) and destroyed */
     x = 42;
     /* A small send completes once MPI has it, notice read or not; a
        failure can only be the one rank 1 announced. */

@@ -156,6 +156,7 @@ static void describe_missing(const int *present, int n, char *out, size_t len) {
 }
 
 static int read_start_failure(braid__boot *b, int *rank, int *status, char *text, size_t len);
+static int read_any_failure(braid__boot *b, int *rank, int *status, char *text, size_t len);
 
 /* How soon a wait of the rendezvous first looks for a rank's start failure. */
 #define FAILURE_POLL_S 0.1
@@ -197,8 +198,16 @@ static braid_status wait_all(braid__boot *b, int n, double deadline, int *presen
       if (until > deadline) until = deadline;
       s = braid__store_wait(b->store, keys, m, until, present + base);
       if (s != BRAID_ERR_TIMEOUT || until >= deadline || result == BRAID_ERR_TIMEOUT) break;
-      int r = -1;
-      if (read_start_failure(b, &r, ost, why, whylen) && r != b->rank) {
+      int r = -1, any = 0;
+      if ((read_start_failure(b, &r, ost, why, whylen) || (any = read_any_failure(b, &r, ost, why, whylen))) &&
+          r != b->rank) {
+        if (any && r >= 0 && r < n) {
+          /* It never says goodbye in this world's namespace, which it does
+             not know: said for it, a hosting rank 0 does not wait for it. */
+          char key[32];
+          snprintf(key, sizeof key, "exit/%d", r);
+          (void)braid__store_set(b->store, key, "1", 1);
+        }
         *told = 1;
         *origin = r;
         s = BRAID_ERR_PEER_LOST;
@@ -312,12 +321,20 @@ static braid_status world_start(int rank, int size, const braid__launch_env *env
   /* Per job and world size: jobs that share a store (or reuse a port) never
      read each other's keys, and registration below catches a clash. A later
      world of the job in this process (braid_init after braid_destroy) adds
-     its incarnation: "w4.1/". */
-  snprintf(b->job_prefix, sizeof b->job_prefix, "braid/%s/w%d/", env->job_id[0] ? env->job_id : "job", size);
+     its incarnation, counted per store and job: "w4.1/". */
+  const char *job = env->job_id[0] ? env->job_id : "job";
+  snprintf(b->job_prefix, sizeof b->job_prefix, "braid/%s/", job);
   unsigned inc = take_incarnation(where, b->job_prefix);
-  if (inc > 0)
-    snprintf(b->job_prefix, sizeof b->job_prefix, "braid/%s/w%d.%u/", env->job_id[0] ? env->job_id : "job", size,
-             inc);
+  /* Per job and incarnation whatever the size: where a rank that cannot
+     read the world size (size 0 here) says why it cannot start. It has
+     taken this incarnation too, so a later braid_init meets the others. */
+  snprintf(b->any_prefix, sizeof b->any_prefix, "braid/%s/any.%u/", job, inc);
+  if (size <= 0)
+    snprintf(b->job_prefix, sizeof b->job_prefix, "%s", b->any_prefix);
+  else if (inc > 0)
+    snprintf(b->job_prefix, sizeof b->job_prefix, "braid/%s/w%d.%u/", job, size, inc);
+  else
+    snprintf(b->job_prefix, sizeof b->job_prefix, "braid/%s/w%d/", job, size);
   snprintf(b->prefix, sizeof b->prefix, "%s", b->job_prefix);
 
   if (early) {
@@ -497,6 +514,12 @@ void braid__bootstrap_tell_unranked(int size, const braid__launch_env *env, brai
   (void)world_start(-1, size, env, st ? st : BRAID_ERR_BOOTSTRAP, text, &b, ignored, sizeof ignored);
 }
 
+void braid__bootstrap_tell_unsized(int rank, const braid__launch_env *env, braid_status st, const char *why) {
+  braid__boot *b = NULL;
+  char ignored[512];
+  (void)world_start(rank, 0, env, st ? st : BRAID_ERR_BOOTSTRAP, why, &b, ignored, sizeof ignored);
+}
+
 braid_status braid__bootstrap_split(const braid__boot *parent, int rank, int size, uint64_t child_id,
                                     braid__boot **out, char *err, size_t errlen) {
   *out = NULL;
@@ -607,6 +630,14 @@ static int read_start_failure(braid__boot *b, int *rank, int *status, char *text
     }
   }
   free(v);
+  return got;
+}
+
+/* The start failure of a rank that did not know the world size. */
+static int read_any_failure(braid__boot *b, int *rank, int *status, char *text, size_t len) {
+  if (!b->any_prefix[0] || braid__store_set_prefix(b->store, b->any_prefix) != BRAID_OK) return 0;
+  int got = read_start_failure(b, rank, status, text, len);
+  braid__store_set_prefix(b->store, b->prefix);
   return got;
 }
 

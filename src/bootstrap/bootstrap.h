@@ -33,6 +33,7 @@ typedef struct braid__boot {
   int hosting;                  /* this process hosts the store (rank 0 when the convention says so) */
   char prefix[BRAID__STORE_MAX_KEY / 2]; /* this communicator's namespace, already set on store */
   char job_prefix[BRAID__STORE_MAX_KEY / 2]; /* the world's namespace */
+  char any_prefix[BRAID__STORE_MAX_KEY / 2]; /* the job's, whatever the world size (tell_unsized) */
   int rank, size;               /* of this communicator */
   int local_rank, local_size;   /* within this host, world communicator; known after rendezvous */
   double init_timeout_s;        /* bound of connects and rendezvous; 0: forever */
@@ -43,7 +44,7 @@ typedef struct braid__boot {
  * in env). With a store address: rank 0 starts the server when the
  * convention says it hosts it, every rank connects and registers, and all
  * wait for each other until env->init_timeout_s. Each call with a store takes
- * the next incarnation of (store address, job, world size) in this process,
+ * the next incarnation of (store address, job) in this process,
  * which names the world's namespace (above); in a later incarnation with
  * rank 0 hosting, the other ranks register only once rank 0 has, in the
  * store it started for this world. World size 1 needs no
@@ -66,6 +67,12 @@ braid_status braid__bootstrap_world(int rank, int size, const braid__launch_env 
  * rank could not start and why (st, why), so that their rendezvous fails
  * now instead of at BRAID_INIT_TIMEOUT. It does not host a store. */
 void braid__bootstrap_tell_unranked(int size, const braid__launch_env *env, braid_status st, const char *why);
+
+/* The same for a rank that knows its rank but not the world size (its
+ * launcher's size variable is broken): it tells the others under a
+ * namespace of the job that does not name the size, which their
+ * rendezvous reads too. It does not host a store. */
+void braid__bootstrap_tell_unsized(int rank, const braid__launch_env *env, braid_status st, const char *why);
 
 /* The boot of a split child (rank of size, id child_id): a clone of parent's
    store connection with the namespace "<job prefix>c<child id in hex>/". No

@@ -373,10 +373,12 @@ braid_status braid__env_detect(braid__getenv_fn fn, void *ctx, const braid__env_
   memset(e, 0, sizeof *e);
   e->local_rank = e->local_size = -1;
   if (err && errlen) err[0] = 0;
-  /* Without a launcher: the defaults of BRAID_RANK and BRAID_WORLD_SIZE. */
-  long def_rank = 0, def_size = 0;
-  if ((st = braid__param_parse_int(BRAID_P_RANK, NULL, 0, MAX_RANKS - 1, &def_rank, err, errlen)) ||
-      (st = braid__param_parse_int(BRAID_P_WORLD_SIZE, NULL, 1, MAX_RANKS, &def_size, err, errlen)))
+  /* Without a launcher: the defaults of BRAID_RANK and BRAID_WORLD_SIZE
+     (not read where the application gives the value). */
+  long def_rank = 0, def_size = 1;
+  if ((ov->rank < 0 && (st = braid__param_parse_int(BRAID_P_RANK, NULL, 0, MAX_RANKS - 1, &def_rank, err, errlen))) ||
+      (ov->world_size < 0 &&
+       (st = braid__param_parse_int(BRAID_P_WORLD_SIZE, NULL, 1, MAX_RANKS, &def_size, err, errlen))))
     return st;
   e->rank = (int)def_rank;
   e->world_size = (int)def_size;

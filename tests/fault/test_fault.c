@@ -614,10 +614,11 @@ typedef struct start_case {
   int shared;               /* a setting ranks compare: any rank may be the one that finds the difference */
   int host_port;            /* > 0: rank 0 hosts the store there (it must outlive its own failure) */
   int unranked;             /* the victim cannot read its own rank: its status is BOOTSTRAP, the others' PEER_LOST */
+  int unsized;              /* the same for the world size, but the others can name the victim */
 } start_case;
 
 static int body_start_fail(braid_comm *unused, int rank, int n, void *arg) {
-  (void)unused, (void)n;
+  (void)unused;
   const start_case *k = arg;
   if (k->host_port > 0) {
     char addr[64];
@@ -625,13 +626,18 @@ static int body_start_fail(braid_comm *unused, int rank, int n, void *arg) {
     setenv("BRAID_STORE", addr, 1);
     setenv("BRAID_STORE_EXTERNAL", "0", 1);
   }
+  char saved[64] = "";
+  const char *was = getenv(k->name);
+  if (was) snprintf(saved, sizeof saved, "%s", was);
   if (rank == k->victim) setenv(k->name, k->value, 1);
   usage before = usage_now();
   double t0 = now_s();
   braid_comm *c = NULL;
   braid_status st = braid_init(NULL, &c);
   double t = now_s() - t0;
-  braid_status want = !k->unranked ? BRAID_ERR_INVALID_ARG : rank == k->victim ? BRAID_ERR_BOOTSTRAP : BRAID_ERR_PEER_LOST;
+  braid_status want = !k->unranked && !k->unsized ? BRAID_ERR_INVALID_ARG
+                      : rank == k->victim          ? BRAID_ERR_BOOTSTRAP
+                                                   : BRAID_ERR_PEER_LOST;
   BT_CHECK(st == want && !c, "%s, %s=%s on rank %d: rank %d got %s: %s", backend_of(), k->name, k->value, k->victim,
            rank, braid_status_string(st), braid_last_error(NULL));
   BT_CHECK_MSG(NULL, k->want);
@@ -649,6 +655,20 @@ static int body_start_fail(braid_comm *unused, int rank, int n, void *arg) {
   /* Alive (not dead to the others' pid checks) until they are done. */
   while (now_s() - t0 < 3.0) usleep(20000);
   CHECK_NO_LEAK(before);
+  /* Its variable fixed, every rank starts the next world: the rank that
+     told without knowing its rank or the world size counted this one too. */
+  if (k->unranked || k->unsized) {
+    if (rank == k->victim) {
+      if (was) setenv(k->name, saved, 1);
+      else unsetenv(k->name);
+    }
+    BT_CHECK_OK(braid_init(NULL, &c), NULL);
+    int v = 1;
+    BT_CHECK_OK(braid_all_reduce(c, &v, 1, BRAID_I32, BRAID_SUM), c);
+    BT_CHECK_OK(braid_sync(c), c);
+    BT_CHECK(v == n, "%s: sum %d in the world after the failed start, want %d", backend_of(), v, n);
+    BT_CHECK_OK(braid_destroy(c), NULL);
+  }
   return 0;
 }
 
@@ -657,8 +677,8 @@ static int start_fail_on(const char *backend, int n) {
   const char *own = !strcmp(backend, "tcp") ? "BRAID_TCP_NSOCKS" : "BRAID_SHM_BUFFER";
   const char *bad = !strcmp(backend, "tcp") ? "0" : "-1";
   const char *other = !strcmp(backend, "tcp") ? "shm" : "tcp";
-  for (int i = 0; i < 11; i++) {
-    start_case k = {i % 2 ? 0 : n - 1, "BRAID_ALGO", "allreduce=ring", "BRAID_ALGO differs between ranks", 1, 0, 0};
+  for (int i = 0; i < 13; i++) {
+    start_case k = {i % 2 ? 0 : n - 1, "BRAID_ALGO", "allreduce=ring", "BRAID_ALGO differs between ranks", 1, 0, 0, 0};
     if (i >= 2) {
       k.name = own;
       k.value = bad;
@@ -671,24 +691,30 @@ static int start_fail_on(const char *backend, int n) {
       k.want = "BRAID_CHECK=\"2\"";
     }
     if (i == 5) { /* another backend */
-      k = (start_case){n - 1, "BRAID_BACKEND", other, "BRAID_BACKEND differs between ranks", 1, 0, 0};
+      k = (start_case){n - 1, "BRAID_BACKEND", other, "BRAID_BACKEND differs between ranks", 1, 0, 0, 0};
     }
     if (i == 6) { /* a backend this build lacks */
-      k = (start_case){n - 1, "BRAID_BACKEND", "nosuch", "unknown backend \"nosuch\"", 0, 0, 0};
+      k = (start_case){n - 1, "BRAID_BACKEND", "nosuch", "unknown backend \"nosuch\"", 0, 0, 0, 0};
     }
     /* Found before the rank registers: it tells the others without meeting
        them (9: through the store rank 0 hosts, which then lingers for it). */
     if (i == 7 || i == 9) {
       k = (start_case){n - 1, "BRAID_IFNAME", "nosuchif0", "BRAID_IFNAME=\"nosuchif0\" names no network interface",
-                       0, 0, 0};
+                       0, 0, 0, 0};
     }
     if (i == 8) { /* a one-rank backend */
-      k = (start_case){n - 1, "BRAID_BACKEND", "self", "backend self supports world size 1 only", 0, 0, 0};
+      k = (start_case){n - 1, "BRAID_BACKEND", "self", "backend self supports world size 1 only", 0, 0, 0, 0};
     }
     if (i == 10) { /* its launcher's rank variable broken: it tells the others without a rank */
-      k = (start_case){n - 1, "BRAID_RANK", "two", "BRAID_RANK=\"two\" is not an integer", 0, 0, 1};
+      k = (start_case){n - 1, "BRAID_RANK", "two", "BRAID_RANK=\"two\" is not an integer", 0, 0, 1, 0};
     }
-    if (k.victim == 0 || i == 9) k.host_port = bt_free_port();
+    /* Its launcher's size variable broken: it tells the others without
+       knowing the world they share (12: rank 0 hosts their store). */
+    if (i == 11 || i == 12) {
+      k = (start_case){i == 11 ? n - 1 : 1, "BRAID_WORLD_SIZE", "three", "BRAID_WORLD_SIZE=\"three\" is not an integer",
+                       0, 0, 0, 1};
+    }
+    if (k.victim == 0 || i == 9 || i == 12) k.host_port = bt_free_port();
     int before = bt_dead_shm_names(0);
     bt_run_opts o = {backend, n, 60, env, -1};
     if (bt_run_ranks_manual(&o, body_start_fail, &k, NULL)) {

@@ -164,33 +164,30 @@ static braid_status agree_settings(braid_comm *c, const braid__backend *ops) {
   return BRAID_OK;
 }
 
-/* A rank whose own rank cannot be read (a launcher's variable broken or out
-   of range on this rank) meets no one. When everything else in its
-   environment reads (so the rank was the fault), it tells the ranks of its
-   world why, so that they fail now instead of at BRAID_INIT_TIMEOUT. */
-static int tell_unranked(const braid__env_overrides *ov, unsigned flags, braid_status st, const char *why) {
-  if (ov->rank >= 0) return 0; /* the application gave the rank */
+/* A rank whose own rank or the world size cannot be read (a launcher's
+   variable broken or out of range on this rank) meets no one. When the rest
+   of its environment reads with that value supplied (so it was the fault),
+   it tells the ranks of its job why, so that they fail now instead of at
+   BRAID_INIT_TIMEOUT: without a rank, to the world of its size; without a
+   size, under a namespace of the job that does not name one. */
+static void tell_unstarted(const braid__env_overrides *ov, unsigned flags, braid_status st, const char *why) {
   braid__env_overrides o = *ov;
-  o.rank = 0;
   braid__launch_env env;
   char err[BRAID_ERRLEN];
-  if (braid__env_detect(braid__env_getenv, NULL, &o, flags, &env, err, sizeof err) != BRAID_OK) return 0;
-  if (env.world_size < 2 || env.store_owner == BRAID__STORE_NONE) return 0;
-  braid__bootstrap_tell_unranked(env.world_size, &env, st, why);
-  return 1;
-}
-
-/* The same for a rank whose world size cannot be read: with any size that
-   admits its rank, the rest of its environment reads, so it tells the
-   ranks of its job, under a namespace that does not name the size. */
-static void tell_unsized(const braid__env_overrides *ov, unsigned flags, braid_status st, const char *why) {
-  if (ov->world_size >= 0) return; /* the application gave the size */
-  braid__env_overrides o = *ov;
-  o.world_size = INT_MAX;
-  braid__launch_env env;
-  char err[BRAID_ERRLEN];
-  if (braid__env_detect(braid__env_getenv, NULL, &o, flags, &env, err, sizeof err) != BRAID_OK) return;
-  if (env.store_owner != BRAID__STORE_NONE) braid__bootstrap_tell_unsized(env.rank, &env, st, why);
+  if (ov->rank < 0) { /* not given by the application */
+    o.rank = 0;
+    if (braid__env_detect(braid__env_getenv, NULL, &o, flags, &env, err, sizeof err) == BRAID_OK) {
+      if (env.world_size > 1 && env.store_owner != BRAID__STORE_NONE)
+        braid__bootstrap_tell_unranked(env.world_size, &env, st, why);
+      return;
+    }
+    o.rank = ov->rank;
+  }
+  if (ov->world_size >= 0) return;
+  o.world_size = INT_MAX; /* admits any rank */
+  if (braid__env_detect(braid__env_getenv, NULL, &o, flags, &env, err, sizeof err) == BRAID_OK &&
+      env.store_owner != BRAID__STORE_NONE)
+    braid__bootstrap_tell_unsized(env.rank, &env, st, why);
 }
 
 braid_status braid_init(const braid_config *cfg, braid_comm **out) {
@@ -229,7 +226,7 @@ braid_status braid_init(const braid_config *cfg, braid_comm **out) {
   }
   st = braid__env_detect(braid__env_getenv, NULL, &ov, flags, &env, err, sizeof err);
   if (st) {
-    if (!tell_unranked(&ov, flags, st, err)) tell_unsized(&ov, flags, st, err);
+    tell_unstarted(&ov, flags, st, err);
     return init_fail(st, -1, "%s", err);
   }
   if (by_default) {

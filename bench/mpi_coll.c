@@ -21,7 +21,9 @@
  * bf16, fp8, bool or avg in MPI: those are refused with exit 2).
  *
  * --label NAME (or env BRAID_PERF_LABEL) names the backend column, e.g.
- * openmpi-shm / openmpi-tcp; default "mpi".
+ * openmpi-shm / openmpi-tcp; default "mpi". --thread single|funneled|
+ * serialized|multiple initializes MPI with MPI_Init_thread at that level
+ * (default: MPI_Init).
  */
 #include <limits.h>
 #include <mpi.h>
@@ -37,6 +39,7 @@ typedef struct mctx {
   char err[MPI_MAX_ERROR_STRING + 128];
   int *a2av;            /* MPI_Alltoallv's byte counts and displacements for a2av_key */
   size_t a2av_key;      /* count * element size they were made for */
+  int thread;           /* thread level MPI provided */
 } mctx;
 
 /* perf_a2av_counts in bytes as MPI's ints, made once per size. */
@@ -215,16 +218,42 @@ static void *m_mem_alloc(void *ctx, size_t bytes) {
 static void m_mem_free(void *ctx, void *p) { (void)m_check(ctx, MPI_Free_mem(p), "MPI_Free_mem"); }
 
 static void m_describe(void *ctx, perf_op op, FILE *out) {
-  (void)ctx;
   (void)op;
   const char *btl = getenv("OMPI_MCA_btl"), *pml = getenv("OMPI_MCA_pml");
   fprintf(out, "# algorithm: chosen inside MPI (Open MPI: coll/tuned decision rules), not reported\n");
   if (btl || pml) fprintf(out, "# transport: pml %s, btl %s\n", pml ? pml : "(default)", btl ? btl : "(default)");
+  fprintf(out, "# MPI thread level provided: %d\n", ((mctx *)ctx)->thread);
+}
+
+/* --thread LEVEL: the thread level to ask MPI for (default: MPI_Init, which
+   gives MPI_THREAD_SINGLE). braid asks for MPI_THREAD_SERIALIZED, and an MPI
+   may charge every call for a level above SINGLE, so comparing like with
+   like needs the raw calls at braid's level too. */
+static int thread_level(int argc, char **argv, int *asked) {
+  static const char *const names[] = {"single", "funneled", "serialized", "multiple"};
+  static const int levels[] = {MPI_THREAD_SINGLE, MPI_THREAD_FUNNELED, MPI_THREAD_SERIALIZED, MPI_THREAD_MULTIPLE};
+  *asked = 0;
+  for (int i = 1; i < argc; i++) {
+    const char *v = !strcmp(argv[i], "--thread") && i + 1 < argc ? argv[i + 1]
+                    : !strncmp(argv[i], "--thread=", 9)          ? argv[i] + 9
+                                                                 : NULL;
+    if (!v) continue;
+    for (int k = 0; k < 4; k++)
+      if (!strcmp(v, names[k])) {
+        *asked = 1;
+        return levels[k];
+      }
+    fprintf(stderr, "mpi_coll: --thread: '%s' is not single, funneled, serialized or multiple\n", v);
+    exit(2);
+  }
+  return MPI_THREAD_SINGLE;
 }
 
 int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
-  mctx m = {MPI_COMM_WORLD, 0, 1, {0}, NULL, 0};
+  int asked, provided = MPI_THREAD_SINGLE, level = thread_level(argc, argv, &asked);
+  if (asked) MPI_Init_thread(&argc, &argv, level, &provided);
+  else MPI_Init(&argc, &argv);
+  mctx m = {MPI_COMM_WORLD, 0, 1, {0}, NULL, 0, provided};
   MPI_Comm_rank(m.comm, &m.rank);
   MPI_Comm_size(m.comm, &m.size);
   MPI_Comm_set_errhandler(m.comm, MPI_ERRORS_RETURN);
@@ -236,6 +265,8 @@ int main(int argc, char **argv) {
   for (int i = 0; i < argc; i++) {
     if (!strcmp(argv[i], "--label") && i + 1 < argc) label = argv[++i];
     else if (!strncmp(argv[i], "--label=", 8)) label = argv[i] + 8;
+    else if (!strcmp(argv[i], "--thread") && i + 1 < argc) i++;
+    else if (!strncmp(argv[i], "--thread=", 9)) continue;
     else av[ac++] = argv[i];
   }
   perf_args a;

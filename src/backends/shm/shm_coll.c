@@ -643,6 +643,9 @@ static int ring_fits_all(const shm_state *s, size_t bytes) {
 }
 
 #define RING_AHEAD_MAX 1024
+/* Sections up to this size are taken for writing a call ahead by their
+   writers (ring_to_root). */
+#define RING_WRITE_AHEAD_MAX 512
 
 /* Every rank but the root copies its bytes into its section and returns;
    the root fills from[q] with every rank's bytes (its own src) and must
@@ -660,6 +663,13 @@ static braid_status ring_to_root(braid_comm *c, shm_state *s, const void *src, s
     memcpy(slot_data(mine, bytes), src, bytes);
     atomic_store_explicit(slot_seq(mine), word_of(b + 1, s->chash), memory_order_release);
     ring_done(c, s, b);
+    /* The root read this rank's section of the next entry 63 calls ago, so
+       a store into it waits until the root's copy is invalidated, and every
+       later store of the rank queues behind it: the next call would run at
+       the pace of one cache-line round trip. Taking the line for writing
+       now overlaps that round trip with the rest of this call and the
+       next one's checks. */
+    if (same && bytes <= RING_WRITE_AHEAD_MAX) shm_prefetch_lines(bring_of(s, s->bseq) + (size_t)s->me * stride, stride, 1);
     return BRAID_OK;
   }
   for (int q = 0; q < s->n; q++) {
@@ -676,9 +686,10 @@ static braid_status ring_to_root(braid_comm *c, shm_state *s, const void *src, s
   /* The senders return without waiting, so in a loop they run ahead: when
      the last call had this root too, the next entry's sections are likely
      written already, and their lines start on their way while this call
-     reduces or copies. Nothing is fetched for writing: a writer's own
-     section stays its own. Above RING_AHEAD_MAX the lines fetched early
-     are more often still being written, and it measured slower. */
+     reduces or copies. Above RING_AHEAD_MAX the lines fetched early are
+     more often still being written, and it measured slower; so did
+     fetching several calls ahead where the cores are close (the lines are
+     then often still the writers'). */
   if (same && bytes <= RING_AHEAD_MAX) {
     char *next = bring_of(s, s->bseq);
     for (int q = 0; q < s->n; q++)

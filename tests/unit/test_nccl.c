@@ -7,14 +7,17 @@
    libraries and GPU (cases that inject failures into the double are
    skipped there); without one, the GPU case says why it skipped. */
 #include <dlfcn.h>
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -1151,10 +1154,16 @@ static int test_hier(void) {
 }
 
 /* A rank killed on node b: every rank on both nodes gets PEER_LOST naming it. */
-static int body_hier_killed(braid_comm *unused, int rank, int n, void *arg) {
+typedef struct hk_arg {
+  const char *nodes;  /* each rank's node id */
+  _Atomic int *synced; /* shared by the forked ranks: how many survivors finished the first sync */
+} hk_arg;
+
+static int body_hier_killed(braid_comm *unused, int rank, int n, void *arg_) {
   (void)unused;
   NEED_CUDA();
-  char id[2] = {((const char *)arg)[rank], 0};
+  const hk_arg *arg = arg_;
+  char id[2] = {arg->nodes[rank], 0};
   setenv("BRAID_NODE_ID", id, 1);
   setenv("BRAID_BACKEND", "hier", 1);
   braid_comm *c = NULL;
@@ -1166,6 +1175,14 @@ static int body_hier_killed(braid_comm *unused, int rank, int n, void *arg) {
   BT_CHECK(sd && rd, "cudaMalloc");
   BT_CHECK_OK(braid_all_gather(c, sd, rd, cnt, BRAID_F32), c);
   BT_CHECK_OK(braid_sync(c), c);
+  /* The victim dies only once the others are out of the first sync: one
+     still waiting in it could see the death first and fail the call this
+     test expects to succeed. */
+  if (rank != n - 1) atomic_fetch_add(arg->synced, 1);
+  for (int i = 0; rank == n - 1 && i < 30000 && atomic_load(arg->synced) < n - 1; i++) {
+    struct timespec ms = {0, 1000 * 1000};
+    nanosleep(&ms, NULL);
+  }
   if (rank == n - 1) raise(SIGKILL);
   braid_status st = braid_all_gather(c, sd, rd, cnt, BRAID_F32);
   if (!st) st = braid_sync(c);
@@ -1181,7 +1198,12 @@ static int test_hier_killed(void) {
   bt_rank_result res[4];
   const char *env[] = {env_nccl, env_cudart, "BRAID_TIMEOUT=60", "BRAID_HIER_INTRA=nccl", NULL};
   bt_run_opts o = {"nccl", 4, 60, env, 3};
-  bt_run_ranks_manual(&o, body_hier_killed, (void *)"aabb", res);
+  _Atomic int *synced = mmap(NULL, sizeof *synced, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  BT_CHECK(synced != MAP_FAILED, "mmap: %s", strerror(errno));
+  atomic_init(synced, 0);
+  hk_arg arg = {"aabb", synced};
+  bt_run_ranks_manual(&o, body_hier_killed, &arg, res);
+  munmap((void *)synced, sizeof *synced);
   for (int r = 0; r < 3; r++) BT_CHECK(res[r].exited && res[r].code == 0, "rank %d failed", r);
   return 0;
 }

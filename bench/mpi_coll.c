@@ -228,30 +228,26 @@ static void m_describe(void *ctx, perf_op op, FILE *out) {
 /* --thread LEVEL: the thread level to ask MPI for (default: MPI_Init, which
    gives MPI_THREAD_SINGLE). braid asks for MPI_THREAD_SERIALIZED, and an MPI
    may charge every call for a level above SINGLE, so comparing like with
-   like needs the raw calls at braid's level too. */
-static int thread_level(int argc, char **argv, int *asked) {
+   like needs the raw calls at braid's level too. -1: not asked for. */
+static int thread_level(int argc, char **argv) {
   static const char *const names[] = {"single", "funneled", "serialized", "multiple"};
   static const int levels[] = {MPI_THREAD_SINGLE, MPI_THREAD_FUNNELED, MPI_THREAD_SERIALIZED, MPI_THREAD_MULTIPLE};
-  *asked = 0;
   for (int i = 1; i < argc; i++) {
     const char *v = !strcmp(argv[i], "--thread") && i + 1 < argc ? argv[i + 1]
                     : !strncmp(argv[i], "--thread=", 9)          ? argv[i] + 9
                                                                  : NULL;
     if (!v) continue;
     for (int k = 0; k < 4; k++)
-      if (!strcmp(v, names[k])) {
-        *asked = 1;
-        return levels[k];
-      }
+      if (!strcmp(v, names[k])) return levels[k];
     fprintf(stderr, "mpi_coll: --thread: '%s' is not single, funneled, serialized or multiple\n", v);
     exit(2);
   }
-  return MPI_THREAD_SINGLE;
+  return -1;
 }
 
 int main(int argc, char **argv) {
-  int asked, provided = MPI_THREAD_SINGLE, level = thread_level(argc, argv, &asked);
-  if (asked) MPI_Init_thread(&argc, &argv, level, &provided);
+  int provided = MPI_THREAD_SINGLE, level = thread_level(argc, argv);
+  if (level >= 0) MPI_Init_thread(&argc, &argv, level, &provided);
   else MPI_Init(&argc, &argv);
   mctx m = {MPI_COMM_WORLD, 0, 1, {0}, NULL, 0, provided};
   MPI_Comm_rank(m.comm, &m.rank);

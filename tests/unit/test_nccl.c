@@ -1178,12 +1178,15 @@ static int body_hier_killed(braid_comm *unused, int rank, int n, void *arg_) {
   /* The victim dies only once the others are out of the first sync: one
      still waiting in it could see the death first and fail the call this
      test expects to succeed. */
-  if (rank != n - 1) atomic_fetch_add(arg->synced, 1);
-  for (int i = 0; rank == n - 1 && i < 30000 && atomic_load(arg->synced) < n - 1; i++) {
-    struct timespec ms = {0, 1000 * 1000};
-    nanosleep(&ms, NULL);
+  if (rank != n - 1) {
+    atomic_fetch_add(arg->synced, 1);
+  } else {
+    for (int i = 0; i < 30000 && atomic_load(arg->synced) < n - 1; i++) {
+      struct timespec ms = {0, 1000 * 1000};
+      nanosleep(&ms, NULL);
+    }
+    raise(SIGKILL);
   }
-  if (rank == n - 1) raise(SIGKILL);
   braid_status st = braid_all_gather(c, sd, rd, cnt, BRAID_F32);
   if (!st) st = braid_sync(c);
   BT_CHECK(st == BRAID_ERR_PEER_LOST, "rank %d: %s: %s", rank, braid_status_string(st), braid_last_error(c));

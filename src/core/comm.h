@@ -70,6 +70,7 @@ struct braid__backend {
   unsigned caps;          /* BRAID__CAP_* */
   uint64_t dtypes;        /* bit (1 << code) per dtype it can carry */
   size_t req_size;        /* its request type's size (braid__req first); >= sizeof(braid__req) */
+  size_t req_clear;       /* leading bytes of a new request to zero (0: all); the rest the backend fills */
   size_t umsg_size;       /* its unexpected-message type's size (braid__umsg first) */
 
   /* Creates the state of a new communicator (c->rank, c->size, c->id,

@@ -21,7 +21,7 @@ static braid__req *req_get(braid_comm *c) {
     r = malloc(c->ops->req_size);
     if (!r) return NULL;
   }
-  memset(r, 0, c->ops->req_size);
+  memset(r, 0, c->ops->req_clear ? c->ops->req_clear : c->ops->req_size);
   return r;
 }
 

@@ -3,9 +3,9 @@
    there is no braid store.
 
    Point to point: every braid message is a header on MPI tag HDR from its
-   sender (with the payload inline up to INLINE_MAX bytes), then, for larger
-   payloads, the payload on tag DATA in pieces of at most BRAID_MPI_MAX_COUNT
-   bytes. braid's 64-bit tag travels in the header, so any MPI_TAG_UB works
+   sender, carrying the payload or its start when that is small (the rule
+   at INLINE_MAX), then the rest of the payload on tag DATA in pieces.
+   braid's 64-bit tag travels in the header, so any MPI_TAG_UB works
    (MPI guarantees 32767) and order per (source, braid tag) follows from
    MPI's non-overtaking order per (source, MPI tag): each rank keeps one
    header receive posted per peer, and posts a payload receive as it reads
@@ -34,6 +34,7 @@
 #include <limits.h>
 #include <mpi.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,7 +65,17 @@ static int test_some(int n, MPI_Request *rq, int *done, int *idx) {
 #endif
 
 enum { TAG_HDR = 1, TAG_DATA = 2, TAG_FAIL = 3, TAG_SPLIT = 4, TAG_A2AV = 5 };
-#define INLINE_MAX 1024
+/* Messages stay within Open MPI's shared-memory eager limit (4 KiB with
+   MPI's own header) while that pays: past it a message takes a rendezvous,
+   whose handshake (it starts only once braid's header has been read) cost
+   more than copying a few KiB twice. So a header carries a payload of up to
+   INLINE_MAX bytes whole, or the first INLINE_MAX bytes of one up to
+   EAGER_MAX, whose rest follows in pieces of WIRE_MAX. A larger payload
+   follows a bare header in pieces of BRAID_MPI_MAX_COUNT: there MPI's
+   single-copy rendezvous beats the copies. */
+#define WIRE_MAX 4016
+#define INLINE_MAX (WIRE_MAX - 48)
+#define EAGER_MAX (INLINE_MAX + 16 * 1024)
 #define WINDOW 8 /* pieces of a split collective in flight at once */
 
 typedef struct wire {
@@ -73,6 +84,7 @@ typedef struct wire {
   unsigned char inl[INLINE_MAX];
 } wire;
 #define WIRE_HEAD offsetof(wire, inl)
+_Static_assert(sizeof(wire) == WIRE_MAX, "the header's size is what the eager limit counts");
 
 typedef struct fail_msg {
   int32_t status, origin;
@@ -87,7 +99,7 @@ typedef struct mpi_req {
   MPI_Request *more;             /* all pieces when there are more than one */
   int nmpi;
   void *tmp;                     /* receive: payload buffer taken from an unexpected message */
-  wire w;                        /* send: header (+ inline payload) */
+  wire w;                        /* send: header (+ inline payload); last, left uncleared */
 } mpi_req;
 
 typedef struct mpi_umsg {
@@ -429,10 +441,17 @@ static void active_del(mpi_state *s, mpi_req *r) {
   r->anext = r->aprev = NULL;
 }
 
-/* Starts the payload pieces of bytes at buf (send or receive) from/to peer. */
-static int start_pieces(mpi_state *s, int is_send, void *buf, size_t bytes, int peer, MPI_Request *first,
+/* How many of a message's first bytes its header carries (the rule above). */
+static size_t head_bytes(size_t bytes) { return bytes <= INLINE_MAX ? bytes : bytes <= EAGER_MAX ? INLINE_MAX : 0; }
+
+/* Starts the pieces of a message of total bytes at msg (send or receive)
+   from/to peer: all but its header's part. */
+static int start_pieces(mpi_state *s, int is_send, void *msg, size_t total, int peer, MPI_Request *first,
                         MPI_Request **more, int *n) {
-  size_t np = (bytes + s->max_count - 1) / s->max_count;
+  size_t head = head_bytes(total), bytes = total - head;
+  char *buf = (char *)msg + head;
+  size_t pc = head && WIRE_MAX < s->max_count ? WIRE_MAX : s->max_count;
+  size_t np = (bytes + pc - 1) / pc;
   MPI_Request *rq = first;
   *more = NULL;
   if (np > 1) {
@@ -441,9 +460,9 @@ static int start_pieces(mpi_state *s, int is_send, void *buf, size_t bytes, int 
   }
   *n = (int)np;
   for (size_t i = 0; i < np; i++) {
-    size_t off = i * s->max_count, len = bytes - off < s->max_count ? bytes - off : s->max_count;
-    int rc = is_send ? MPI_Isend((char *)buf + off, (int)len, MPI_BYTE, peer, TAG_DATA, s->comm, &rq[i])
-                     : MPI_Irecv((char *)buf + off, (int)len, MPI_BYTE, peer, TAG_DATA, s->comm, &rq[i]);
+    size_t off = i * pc, len = bytes - off < pc ? bytes - off : pc;
+    int rc = is_send ? MPI_Isend(buf + off, (int)len, MPI_BYTE, peer, TAG_DATA, s->comm, &rq[i])
+                     : MPI_Irecv(buf + off, (int)len, MPI_BYTE, peer, TAG_DATA, s->comm, &rq[i]);
     if (rc) {
       *n = (int)i;
       return rc;
@@ -461,10 +480,10 @@ static braid_status mpi_isend(braid_comm *c, braid__req *br) {
   r->tmp = NULL;
   r->one[0] = r->one[1] = MPI_REQUEST_NULL;
   int inl = br->bytes <= INLINE_MAX;
-  if (inl && br->bytes) memcpy(r->w.inl, br->buf, br->bytes);
+  size_t head = head_bytes(br->bytes);
+  if (head) memcpy(r->w.inl, br->buf, head);
   LOCK();
-  int rc = MPI_Isend(&r->w, (int)(WIRE_HEAD + (inl ? br->bytes : 0)), MPI_BYTE, br->peer, TAG_HDR, s->comm,
-                     &r->one[0]);
+  int rc = MPI_Isend(&r->w, (int)(WIRE_HEAD + head), MPI_BYTE, br->peer, TAG_HDR, s->comm, &r->one[0]);
   r->nmpi = 0;
   if (!rc && !inl) rc = start_pieces(s, 1, br->buf, br->bytes, br->peer, &r->one[1], &r->more, &r->nmpi);
   /* A small message usually leaves inside MPI_Isend (eager): done now,
@@ -499,10 +518,11 @@ static braid_status on_header(braid_comm *c, int q) {
     /* c failed (collective mismatch): the payload is left to MPI. */
     return st;
   }
+  size_t head = head_bytes(w->bytes);
   if (br) {
     mpi_req *r = (mpi_req *)br;
+    if (head) memcpy(br->buf, w->inl, head);
     if (inl) {
-      if (w->bytes) memcpy(br->buf, w->inl, w->bytes);
       braid__req_complete(c, br, BRAID_OK);
     } else {
       r->more = NULL;
@@ -525,9 +545,8 @@ static braid_status on_header(braid_comm *c, int q) {
     u->base.h = w->h;
     u->base.bytes = w->bytes;
     u->data = data;
-    if (inl) {
-      if (w->bytes) memcpy(data, w->inl, w->bytes);
-    } else {
+    if (head) memcpy(data, w->inl, head);
+    if (!inl) {
       MPI_Request first = MPI_REQUEST_NULL, *more = NULL;
       int n = 0;
       int rc = start_pieces(s, 0, data, w->bytes, q, &first, &more, &n);
@@ -1321,6 +1340,7 @@ const braid__backend braid__mpi_backend = {
     .caps = BRAID__CAP_OWN_WORLD,
     .dtypes = BRAID__ALL_DTYPES,
     .req_size = sizeof(mpi_req),
+    .req_clear = offsetof(mpi_req, w.inl),
     .umsg_size = sizeof(mpi_umsg),
     .init = mpi_init,
     .split = mpi_split,

@@ -79,7 +79,7 @@ enum { TAG_HDR = 1, TAG_DATA = 2, TAG_FAIL = 3, TAG_SPLIT = 4, TAG_A2AV = 5 };
 #else
 #define WIRE_MAX 4016
 #endif
-#define INLINE_MAX (WIRE_MAX - 48)
+#define INLINE_MAX (WIRE_MAX - sizeof(braid__msg_hdr) - sizeof(uint64_t))
 #define EAGER_MAX (INLINE_MAX + 16 * 1024)
 #define WINDOW 8 /* pieces of a split collective in flight at once */
 
@@ -484,8 +484,8 @@ static braid_status mpi_isend(braid_comm *c, braid__req *br) {
   r->more = NULL;
   r->tmp = NULL;
   r->one[0] = r->one[1] = MPI_REQUEST_NULL;
-  int inl = br->bytes <= INLINE_MAX;
   size_t head = head_bytes(br->bytes);
+  int inl = head == br->bytes;
   if (head) memcpy(r->w.inl, br->buf, head);
   LOCK();
   int rc = MPI_Isend(&r->w, (int)(WIRE_HEAD + head), MPI_BYTE, br->peer, TAG_HDR, s->comm, &r->one[0]);
@@ -518,12 +518,12 @@ static braid_status on_header(braid_comm *c, int q) {
   wire *w = &s->hdr_buf[q];
   braid_status st = BRAID_OK;
   braid__req *br = braid__match_arrival(c, q, &w->h, &st);
-  int inl = w->bytes <= INLINE_MAX;
+  size_t head = head_bytes(w->bytes);
+  int inl = head == w->bytes;
   if (st) {
     /* c failed (collective mismatch): the payload is left to MPI. */
     return st;
   }
-  size_t head = head_bytes(w->bytes);
   if (br) {
     mpi_req *r = (mpi_req *)br;
     if (head) memcpy(br->buf, w->inl, head);

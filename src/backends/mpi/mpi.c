@@ -8,9 +8,8 @@
    braid's 64-bit tag travels in the header, so any MPI_TAG_UB works
    (MPI guarantees 32767) and order per (source, braid tag) follows from
    MPI's non-overtaking order per (source, MPI tag): each rank keeps one
-   header receive posted per peer, and posts a payload receive as it reads
-   each header, in header order, into the matched receive's buffer or into
-   a buffer of the unexpected message.
+   header receive posted per peer and reads each peer's headers in order;
+   payloads follow on data tags (TAG_DATA, TAG_BIG0).
 
    Collectives either run braid's generic algorithms over that point to
    point (their messages carry the call's descriptor, so the cross-rank
@@ -65,6 +64,16 @@ static int test_some(int n, MPI_Request *rq, int *done, int *idx) {
 #endif
 
 enum { TAG_HDR = 1, TAG_DATA = 2, TAG_FAIL = 3, TAG_SPLIT = 4, TAG_A2AV = 5 };
+/* A payload past EAGER_MAX travels on a tag of its own, the next of NBIG
+   from TAG_BIG0 for each such message between an ordered pair (both sides
+   count them in header order). So its receive can wait until braid's
+   receive is posted: an unexpected large message stays with its sender
+   (MPI's rendezvous) instead of being received into a buffer of its own,
+   which cost an allocation whose pages fault in, and a second copy. A
+   header whose tag an older message still waits on receives that one into
+   a buffer first, so MPI's order per tag matches each receive to its own
+   message. */
+enum { TAG_BIG0 = 16, NBIG = 256 };
 /* Messages stay within the MPI's shared-memory eager limit while that
    pays: past it a message takes a rendezvous, whose handshake (it starts
    only once braid's header has been read) cost more than copying a few KiB
@@ -110,10 +119,21 @@ typedef struct mpi_req {
 typedef struct mpi_umsg {
   braid__umsg base;
   void *data;          /* payload (owned) */
-  MPI_Request *pieces; /* payload pieces in flight (NULL: arrived) */
+  MPI_Request *pieces; /* payload pieces in flight (NULL: arrived, or deferred) */
   int npieces;
-  struct mpi_umsg *unext, *uprev; /* in flight list */
+  int deferred;        /* a large payload still with its sender: received when taken */
+  uint64_t big;        /* which large message of its sender (its tag) */
+  struct mpi_umsg *unext, *uprev; /* in flight list; deferred: its sender's list, oldest first */
 } mpi_umsg;
+
+/* A large payload nobody took, received at destroy so that its sender's
+   send completes. */
+typedef struct mpi_sink {
+  struct mpi_sink *next;
+  void *data;
+  MPI_Request *pieces;
+  int npieces;
+} mpi_sink;
 
 typedef struct mpi_state {
   MPI_Comm comm;
@@ -123,6 +143,9 @@ typedef struct mpi_state {
   int *idx;
   mpi_req *active;
   mpi_umsg *uflight;
+  uint64_t *big_sent, *big_seen; /* large messages to / from each peer so far */
+  mpi_umsg **dfr_head, **dfr_tail; /* deferred large messages of each peer */
+  mpi_sink *sinks;
   MPI_Request fail_req[64]; /* failure notices sent */
   int nfail_req;
   fail_msg fail_out;
@@ -378,7 +401,11 @@ static braid_status state_new(braid_comm *c, MPI_Comm base, int provided) {
   s->idx = malloc(sizeof(int) * (size_t)c->size);
   s->chk = malloc(4 * sizeof(uint32_t));
   s->chk64 = malloc(2 * sizeof(uint64_t));
-  if (!s->hdr_buf || !s->hdr_req || !s->idx || !s->chk || !s->chk64)
+  s->big_sent = calloc(2 * (size_t)c->size, sizeof(uint64_t));
+  s->dfr_head = calloc(2 * (size_t)c->size, sizeof(mpi_umsg *));
+  if (s->big_sent) s->big_seen = s->big_sent + c->size;
+  if (s->dfr_head) s->dfr_tail = s->dfr_head + c->size;
+  if (!s->hdr_buf || !s->hdr_req || !s->idx || !s->chk || !s->chk64 || !s->big_sent || !s->dfr_head)
     return braid__fail(c, BRAID_ERR_NO_MEMORY, "out of memory for %d peers' header buffers", c->size);
   for (int q = 0; q < c->size; q++) {
     st = post_hdr(c, q);
@@ -449,9 +476,14 @@ static void active_del(mpi_state *s, mpi_req *r) {
 /* How many of a message's first bytes its header carries (the rule above). */
 static size_t head_bytes(size_t bytes) { return bytes <= INLINE_MAX ? bytes : bytes <= EAGER_MAX ? INLINE_MAX : 0; }
 
+static int big_tag(uint64_t k) { return TAG_BIG0 + (int)(k % NBIG); }
+
+/* The tag of a message's pieces: its own for a large one (*k counts them). */
+static int data_tag(size_t head, uint64_t *k) { return head ? TAG_DATA : big_tag((*k)++); }
+
 /* Starts the pieces of a message of total bytes at msg (send or receive)
-   from/to peer: all but its header's part. */
-static int start_pieces(mpi_state *s, int is_send, void *msg, size_t total, int peer, MPI_Request *first,
+   from/to peer on tag: all but its header's part. */
+static int start_pieces(mpi_state *s, int is_send, void *msg, size_t total, int peer, int tag, MPI_Request *first,
                         MPI_Request **more, int *n) {
   size_t head = head_bytes(total), bytes = total - head;
   char *buf = (char *)msg + head;
@@ -466,8 +498,8 @@ static int start_pieces(mpi_state *s, int is_send, void *msg, size_t total, int 
   *n = (int)np;
   for (size_t i = 0; i < np; i++) {
     size_t off = i * pc, len = bytes - off < pc ? bytes - off : pc;
-    int rc = is_send ? MPI_Isend(buf + off, (int)len, MPI_BYTE, peer, TAG_DATA, s->comm, &rq[i])
-                     : MPI_Irecv(buf + off, (int)len, MPI_BYTE, peer, TAG_DATA, s->comm, &rq[i]);
+    int rc = is_send ? MPI_Isend(buf + off, (int)len, MPI_BYTE, peer, tag, s->comm, &rq[i])
+                     : MPI_Irecv(buf + off, (int)len, MPI_BYTE, peer, tag, s->comm, &rq[i]);
     if (rc) {
       *n = (int)i;
       return rc;
@@ -490,7 +522,9 @@ static braid_status mpi_isend(braid_comm *c, braid__req *br) {
   LOCK();
   int rc = MPI_Isend(&r->w, (int)(WIRE_HEAD + head), MPI_BYTE, br->peer, TAG_HDR, s->comm, &r->one[0]);
   r->nmpi = 0;
-  if (!rc && !inl) rc = start_pieces(s, 1, br->buf, br->bytes, br->peer, &r->one[1], &r->more, &r->nmpi);
+  if (!rc && !inl)
+    rc = start_pieces(s, 1, br->buf, br->bytes, br->peer, data_tag(head, &s->big_sent[br->peer]), &r->one[1],
+                      &r->more, &r->nmpi);
   /* A small message usually leaves inside MPI_Isend (eager): done now,
      without a later test of it. */
   int sent = 0;
@@ -512,6 +546,65 @@ static braid_status mpi_irecv(braid_comm *c, braid__req *br) {
 
 static void free_pieces_list(MPI_Request *more) { free(more); }
 
+static void uflight_add(mpi_state *s, mpi_umsg *u) {
+  u->uprev = NULL;
+  u->unext = s->uflight;
+  if (s->uflight) s->uflight->uprev = u;
+  s->uflight = u;
+}
+
+static void uflight_del(mpi_state *s, mpi_umsg *u) {
+  if (u->uprev) u->uprev->unext = u->unext;
+  else s->uflight = u->unext;
+  if (u->unext) u->unext->uprev = u->uprev;
+  u->unext = u->uprev = NULL;
+}
+
+static void dfr_add(mpi_state *s, mpi_umsg *u) {
+  int q = u->base.src;
+  u->unext = NULL;
+  u->uprev = s->dfr_tail[q];
+  if (u->uprev) u->uprev->unext = u;
+  else s->dfr_head[q] = u;
+  s->dfr_tail[q] = u;
+}
+
+static void dfr_del(mpi_state *s, mpi_umsg *u) {
+  int q = u->base.src;
+  if (u->uprev) u->uprev->unext = u->unext;
+  else s->dfr_head[q] = u->unext;
+  if (u->unext) u->unext->uprev = u->uprev;
+  else s->dfr_tail[q] = u->uprev;
+  u->unext = u->uprev = NULL;
+}
+
+/* Receives the pieces of a message of bytes from q on tag into a new
+   buffer (its first head bytes, from the header, are the caller's). 0, or
+   an MPI error code. */
+static int buffer_pieces(mpi_state *s, size_t bytes, int q, int tag, void **data, MPI_Request **pieces, int *n) {
+  MPI_Request first = MPI_REQUEST_NULL;
+  *pieces = NULL;
+  *n = 0;
+  if (!(*data = malloc(bytes ? bytes : 1))) return MPI_ERR_NO_MEM;
+  int rc = start_pieces(s, 0, *data, bytes, q, tag, &first, pieces, n);
+  if (!rc && !*pieces) {
+    if ((*pieces = malloc(sizeof(MPI_Request)))) **pieces = first;
+    else rc = MPI_ERR_NO_MEM;
+  }
+  /* Pieces that started may still write into the buffer: MPI keeps it. */
+  if (rc && (*n || first != MPI_REQUEST_NULL)) s->abandoned = 1;
+  return rc;
+}
+
+/* A deferred message is received into a buffer of its own after all. */
+static int undefer(mpi_state *s, mpi_umsg *u) {
+  dfr_del(s, u);
+  u->deferred = 0;
+  int rc = buffer_pieces(s, u->base.bytes, u->base.src, big_tag(u->big), &u->data, &u->pieces, &u->npieces);
+  if (u->pieces) uflight_add(s, u);
+  return rc;
+}
+
 /* One header from q: match it and start its payload. */
 static braid_status on_header(braid_comm *c, int q) {
   mpi_state *s = state(c);
@@ -519,10 +612,17 @@ static braid_status on_header(braid_comm *c, int q) {
   braid_status st = BRAID_OK;
   braid__req *br = braid__match_arrival(c, q, &w->h, &st);
   size_t head = head_bytes(w->bytes);
-  int inl = head == w->bytes;
+  int inl = head == w->bytes, large = !inl && !head;
+  uint64_t k = s->big_seen[q];
+  int tag = inl ? 0 : data_tag(head, &s->big_seen[q]);
   if (st) {
     /* c failed (collective mismatch): the payload is left to MPI. */
     return st;
+  }
+  /* The message that waits on this tag already goes first. */
+  while (large && s->dfr_head[q] && s->dfr_head[q]->big + NBIG <= k) {
+    int rc = undefer(s, s->dfr_head[q]);
+    if (rc) return mpi_fail(c, "MPI_Irecv", rc);
   }
   if (br) {
     mpi_req *r = (mpi_req *)br;
@@ -533,42 +633,41 @@ static braid_status on_header(braid_comm *c, int q) {
       r->more = NULL;
       r->tmp = NULL;
       r->one[0] = MPI_REQUEST_NULL;
-      int rc = start_pieces(s, 0, br->buf, w->bytes, q, &r->one[1], &r->more, &r->nmpi);
+      int rc = start_pieces(s, 0, br->buf, w->bytes, q, tag, &r->one[1], &r->more, &r->nmpi);
       active_add(s, r);
       if (rc) return mpi_fail(c, "MPI_Irecv", rc);
     }
   } else {
     mpi_umsg *u = calloc(1, sizeof *u);
-    void *data = malloc(w->bytes ? w->bytes : 1);
-    if (!u || !data) {
-      free(u);
-      free(data);
-      return braid__fail(c, BRAID_ERR_NO_MEMORY, "out of memory buffering a %llu-byte message from rank %d",
-                         (unsigned long long)w->bytes, q);
-    }
+    if (!u)
+      return braid__fail(c, BRAID_ERR_NO_MEMORY, "out of memory queueing a message from rank %d", q);
     u->base.src = q;
     u->base.h = w->h;
     u->base.bytes = w->bytes;
-    u->data = data;
-    if (head) memcpy(data, w->inl, head);
-    if (!inl) {
-      MPI_Request first = MPI_REQUEST_NULL, *more = NULL;
-      int n = 0;
-      int rc = start_pieces(s, 0, data, w->bytes, q, &first, &more, &n);
-      if (!more) {
-        more = malloc(sizeof(MPI_Request));
-        if (more) more[0] = first;
+    int rc = 0;
+    if (large) {
+      u->deferred = 1;
+      u->big = k;
+      dfr_add(s, u);
+    } else if (inl) {
+      if (!(u->data = malloc(head))) rc = MPI_ERR_NO_MEM;
+      else memcpy(u->data, w->inl, head);
+    } else {
+      rc = buffer_pieces(s, w->bytes, q, tag, &u->data, &u->pieces, &u->npieces);
+      if (u->data) memcpy(u->data, w->inl, head);
+      if (u->pieces) uflight_add(s, u);
+    }
+    if (rc) {
+      if (u->pieces) uflight_del(s, u);
+      if (!s->abandoned) {
+        free(u->pieces);
+        free(u->data);
       }
-      if (rc || !more) {
-        free(data);
-        free(u);
-        return rc ? mpi_fail(c, "MPI_Irecv", rc) : braid__fail(c, BRAID_ERR_NO_MEMORY, "out of memory");
-      }
-      u->pieces = more;
-      u->npieces = n;
-      u->unext = s->uflight;
-      if (s->uflight) s->uflight->uprev = u;
-      s->uflight = u;
+      free(u);
+      return rc == MPI_ERR_NO_MEM ? braid__fail(c, BRAID_ERR_NO_MEMORY,
+                                                "out of memory buffering a %llu-byte message from rank %d",
+                                                (unsigned long long)w->bytes, q)
+                                  : mpi_fail(c, "MPI_Irecv", rc);
     }
     braid__match_unexpected(c, &u->base);
   }
@@ -576,17 +675,22 @@ static braid_status on_header(braid_comm *c, int q) {
   return BRAID_OK;
 }
 
-static void uflight_del(mpi_state *s, mpi_umsg *u) {
-  if (u->uprev) u->uprev->unext = u->unext;
-  else s->uflight = u->unext;
-  if (u->unext) u->unext->uprev = u->uprev;
-  u->unext = u->uprev = NULL;
-}
-
 static braid_status mpi_take(braid_comm *c, braid__req *br, braid__umsg *bu) {
   mpi_state *s = state(c);
   mpi_umsg *u = (mpi_umsg *)bu;
   mpi_req *r = (mpi_req *)br;
+  if (u->deferred) {
+    /* Straight into the receive's buffer (its shape is the message's). */
+    r->one[0] = MPI_REQUEST_NULL;
+    r->more = NULL;
+    r->tmp = NULL;
+    LOCK();
+    dfr_del(s, u);
+    int rc = start_pieces(s, 0, br->buf, u->base.bytes, u->base.src, big_tag(u->big), &r->one[1], &r->more, &r->nmpi);
+    active_add(s, r);
+    UNLOCK();
+    return rc ? mpi_fail(c, "MPI_Irecv", rc) : BRAID_OK;
+  }
   if (!u->pieces) {
     if (br->bytes) memcpy(br->buf, u->data, br->bytes);
     free(u->data);
@@ -609,6 +713,27 @@ static braid_status mpi_take(braid_comm *c, braid__req *br, braid__umsg *bu) {
 static void mpi_release_umsg(braid_comm *c, braid__umsg *bu) {
   mpi_state *s = state(c);
   mpi_umsg *u = (mpi_umsg *)bu;
+  if (u->deferred) {
+    /* Nobody took it: its sender still waits for the payload to go, so
+       destroy receives it (unless c failed, when MPI keeps what is left). */
+    LOCK();
+    dfr_del(s, u);
+    mpi_sink *k = atomic_load(&c->failed) ? NULL : calloc(1, sizeof *k);
+    if (k && buffer_pieces(s, u->base.bytes, u->base.src, big_tag(u->big), &k->data, &k->pieces, &k->npieces)) {
+      if (!s->abandoned) {
+        free(k->pieces);
+        free(k->data);
+      }
+      free(k);
+      k = NULL;
+    }
+    if (k) {
+      k->next = s->sinks;
+      s->sinks = k;
+    }
+    UNLOCK();
+    return;
+  }
   if (u->pieces) {
     LOCK();
     for (int i = 0; i < u->npieces; i++)
@@ -755,11 +880,29 @@ static void mpi_destroy(braid_comm *c, double timeout_s) {
   mpi_state *s = state(c);
   if (!s) return;
   double deadline = braid__now() + timeout_s;
+  /* Headers that arrived go through the matcher once more: the large
+     payloads nobody will take are received (mpi_release_umsg), so that
+     their senders' sends complete. */
+  int look = !atomic_load(&c->failed);
   LOCK();
-  while (s->active && braid__now() < deadline) {
+  while ((look || s->active || s->sinks) && braid__now() < deadline) {
+    look = 0;
     UNLOCK();
     mpi_progress(c);
+    braid__match_drop_unexpected(c);
     LOCK();
+    for (mpi_sink **p = &s->sinks, *k; (k = *p);) {
+      int flag = 0;
+      test_all(k->npieces, k->pieces, &flag);
+      if (!flag) {
+        p = &k->next;
+        continue;
+      }
+      *p = k->next;
+      free(k->pieces);
+      free(k->data);
+      free(k);
+    }
   }
   /* Messages still in flight on a freed communicator meet the next
      communicator creation that reserves or reuses its MPI context id (with
@@ -767,7 +910,13 @@ static void mpi_destroy(braid_comm *c, double timeout_s) {
      completes). So MPI keeps it where this rank still sends (unfinished
      sends, failure notices), and wherever the communicator failed: a peer
      that has not heard of the failure yet may still send to this rank. */
-  if (s->active || s->nfail_req || atomic_load(&c->failed)) s->abandoned = 1;
+  if (s->active || s->sinks || s->nfail_req || atomic_load(&c->failed)) s->abandoned = 1;
+  for (mpi_sink *k = s->sinks; k; k = k->next) /* the buffers stay with MPI */
+    for (int i = 0; i < k->npieces; i++)
+      if (k->pieces[i] != MPI_REQUEST_NULL) {
+        MPI_Cancel(&k->pieces[i]);
+        MPI_Request_free(&k->pieces[i]);
+      }
   for (mpi_req *r = s->active, *rn; r; r = rn) {
     rn = r->anext;
     MPI_Request *rq = r->more ? r->more : &r->one[1];
@@ -814,6 +963,8 @@ static void mpi_destroy(braid_comm *c, double timeout_s) {
   free(s->hdr_buf);
   free(s->hdr_req);
   free(s->idx);
+  free(s->big_sent);
+  free(s->dfr_head);
   free(s);
   c->be = NULL;
 }

@@ -113,6 +113,7 @@ typedef struct mpi_req {
   MPI_Request *more;             /* all pieces when there are more than one */
   int nmpi;
   void *tmp;                     /* receive: payload buffer taken from an unexpected message */
+  int later;                     /* receive: the payload's tag while its pieces wait for the next progress */
   wire w;                        /* send: header (+ inline payload); last, left uncleared */
 } mpi_req;
 
@@ -146,6 +147,7 @@ typedef struct mpi_state {
   uint64_t *big_sent, *big_seen; /* large messages to / from each peer so far */
   mpi_umsg **dfr_head, **dfr_tail; /* deferred large messages of each peer */
   mpi_sink *sinks;
+  int nlater; /* active receives whose pieces the next progress starts */
   MPI_Request fail_req[64]; /* failure notices sent */
   int nfail_req;
   fail_msg fail_out;
@@ -680,16 +682,22 @@ static braid_status mpi_take(braid_comm *c, braid__req *br, braid__umsg *bu) {
   mpi_umsg *u = (mpi_umsg *)bu;
   mpi_req *r = (mpi_req *)br;
   if (u->deferred) {
-    /* Straight into the receive's buffer (its shape is the message's). */
-    r->one[0] = MPI_REQUEST_NULL;
+    /* Straight into the receive's buffer (its shape is the message's), by
+       the next progress: MPI may copy the whole payload inside MPI_Irecv
+       (Open MPI's single copy does), and a rank that copied before posting
+       its own sends kept its peer waiting for them: a 2-rank exchange of
+       16 MiB took the two copies one after the other. */
+    r->one[0] = r->one[1] = MPI_REQUEST_NULL;
     r->more = NULL;
     r->tmp = NULL;
+    r->nmpi = 0;
+    r->later = big_tag(u->big);
     LOCK();
     dfr_del(s, u);
-    int rc = start_pieces(s, 0, br->buf, u->base.bytes, u->base.src, big_tag(u->big), &r->one[1], &r->more, &r->nmpi);
     active_add(s, r);
+    s->nlater++;
     UNLOCK();
-    return rc ? mpi_fail(c, "MPI_Irecv", rc) : BRAID_OK;
+    return BRAID_OK;
   }
   if (!u->pieces) {
     if (br->bytes) memcpy(br->buf, u->data, br->bytes);
@@ -750,6 +758,7 @@ static void mpi_release_umsg(braid_comm *c, braid__umsg *bu) {
 
 static int req_done(mpi_req *r) {
   int flag = 0;
+  if (r->later) return 0;
   if (r->one[0] != MPI_REQUEST_NULL) {
     MPI_Test(&r->one[0], &flag, MPI_STATUS_IGNORE);
     if (!flag) return 0;
@@ -766,6 +775,17 @@ static braid_status mpi_progress(braid_comm *c) {
   mpi_state *s = state(c);
   braid_status st = BRAID_OK;
   LOCK();
+  /* Before any header: a header on the same tag posts its receive after. */
+  for (mpi_req *r = s->active; s->nlater && r; r = r->anext) {
+    if (!r->later) continue;
+    int rc = start_pieces(s, 0, r->base.buf, r->base.bytes, r->base.peer, r->later, &r->one[1], &r->more, &r->nmpi);
+    r->later = 0;
+    s->nlater--;
+    if (rc) {
+      UNLOCK();
+      return mpi_fail(c, "MPI_Irecv", rc);
+    }
+  }
   /* The headers are read once per pass (the caller likely waits for one
      of them; later ones wait for the next pass). An MPI may progress inside
      MPI_Testsome only when nothing was complete, without looking again

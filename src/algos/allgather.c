@@ -133,10 +133,10 @@ static braid_status ag_rd(braid_comm *c, const void *send, void *recv, size_t co
     size_t so = braid__prange_off(&P, x.send_lo), ro = braid__prange_off(&P, x.recv_lo);
     size_t sn = braid__prange_off(&P, x.send_hi) - so;
     int pr = braid__fold_rank(x.peer, n);
-    /* Exactly the own block goes from send even when it was copied
+    /* Exactly the own block goes from send, also when it was copied
        already: the copy's lines are dirty in this core's cache, and a peer
        reading them there (single copy) measured slower than reading send. */
-    const void *src = copy || (send != mine && so == (size_t)r * count && sn == count) ? send : braid__cat(recv, so, esz);
+    const void *src = send != mine && so == (size_t)r * count && sn == count ? send : braid__cat(recv, so, esz);
     if ((st = braid__algo_recv(c, braid__at(recv, ro, esz), braid__prange_off(&P, x.recv_hi) - ro, dt, pr,
                                1 + (uint64_t)i, &rq[0])) ||
         (st = braid__algo_send(c, src, sn, dt, pr, 1 + (uint64_t)i, &rq[1])))

@@ -480,9 +480,6 @@ static size_t head_bytes(size_t bytes) { return bytes <= INLINE_MAX ? bytes : by
 
 static int big_tag(uint64_t k) { return TAG_BIG0 + (int)(k % NBIG); }
 
-/* The tag of a message's pieces: its own for a large one (*k counts them). */
-static int data_tag(size_t head, uint64_t *k) { return head ? TAG_DATA : big_tag((*k)++); }
-
 /* Starts the pieces of a message of total bytes at msg (send or receive)
    from/to peer on tag: all but its header's part. */
 static int start_pieces(mpi_state *s, int is_send, void *msg, size_t total, int peer, int tag, MPI_Request *first,
@@ -525,8 +522,8 @@ static braid_status mpi_isend(braid_comm *c, braid__req *br) {
   int rc = MPI_Isend(&r->w, (int)(WIRE_HEAD + head), MPI_BYTE, br->peer, TAG_HDR, s->comm, &r->one[0]);
   r->nmpi = 0;
   if (!rc && !inl)
-    rc = start_pieces(s, 1, br->buf, br->bytes, br->peer, data_tag(head, &s->big_sent[br->peer]), &r->one[1],
-                      &r->more, &r->nmpi);
+    rc = start_pieces(s, 1, br->buf, br->bytes, br->peer, head ? TAG_DATA : big_tag(s->big_sent[br->peer]++),
+                      &r->one[1], &r->more, &r->nmpi);
   /* A small message usually leaves inside MPI_Isend (eager): done now,
      without a later test of it. */
   int sent = 0;
@@ -582,7 +579,8 @@ static void dfr_del(mpi_state *s, mpi_umsg *u) {
 
 /* Receives the pieces of a message of bytes from q on tag into a new
    buffer (its first head bytes, from the header, are the caller's). 0, or
-   an MPI error code. */
+   an MPI error code; then nothing is left to free, except what pieces that
+   started may still write into, which stays with MPI. */
 static int buffer_pieces(mpi_state *s, size_t bytes, int q, int tag, void **data, MPI_Request **pieces, int *n) {
   MPI_Request first = MPI_REQUEST_NULL;
   *pieces = NULL;
@@ -593,8 +591,14 @@ static int buffer_pieces(mpi_state *s, size_t bytes, int q, int tag, void **data
     if ((*pieces = malloc(sizeof(MPI_Request)))) **pieces = first;
     else rc = MPI_ERR_NO_MEM;
   }
-  /* Pieces that started may still write into the buffer: MPI keeps it. */
-  if (rc && (*n || first != MPI_REQUEST_NULL)) s->abandoned = 1;
+  if (rc && (*n || first != MPI_REQUEST_NULL)) {
+    s->abandoned = 1;
+  } else if (rc) {
+    free(*pieces);
+    free(*data);
+    *pieces = NULL;
+    *data = NULL;
+  }
   return rc;
 }
 
@@ -614,9 +618,9 @@ static braid_status on_header(braid_comm *c, int q) {
   braid_status st = BRAID_OK;
   braid__req *br = braid__match_arrival(c, q, &w->h, &st);
   size_t head = head_bytes(w->bytes);
-  int inl = head == w->bytes, large = !inl && !head;
-  uint64_t k = s->big_seen[q];
-  int tag = inl ? 0 : data_tag(head, &s->big_seen[q]);
+  int inl = head == w->bytes, large = !inl && !head, tag = TAG_DATA;
+  uint64_t k = 0;
+  if (large) tag = big_tag(k = s->big_seen[q]++);
   if (st) {
     /* c failed (collective mismatch): the payload is left to MPI. */
     return st;
@@ -652,19 +656,13 @@ static braid_status on_header(braid_comm *c, int q) {
       u->big = k;
       dfr_add(s, u);
     } else if (inl) {
-      if (!(u->data = malloc(head))) rc = MPI_ERR_NO_MEM;
+      if (!(u->data = malloc(head ? head : 1))) rc = MPI_ERR_NO_MEM;
       else memcpy(u->data, w->inl, head);
-    } else {
-      rc = buffer_pieces(s, w->bytes, q, tag, &u->data, &u->pieces, &u->npieces);
-      if (u->data) memcpy(u->data, w->inl, head);
-      if (u->pieces) uflight_add(s, u);
+    } else if (!(rc = buffer_pieces(s, w->bytes, q, tag, &u->data, &u->pieces, &u->npieces))) {
+      memcpy(u->data, w->inl, head);
+      uflight_add(s, u);
     }
     if (rc) {
-      if (u->pieces) uflight_del(s, u);
-      if (!s->abandoned) {
-        free(u->pieces);
-        free(u->data);
-      }
       free(u);
       return rc == MPI_ERR_NO_MEM ? braid__fail(c, BRAID_ERR_NO_MEMORY,
                                                 "out of memory buffering a %llu-byte message from rank %d",
@@ -728,10 +726,6 @@ static void mpi_release_umsg(braid_comm *c, braid__umsg *bu) {
     dfr_del(s, u);
     mpi_sink *k = atomic_load(&c->failed) ? NULL : calloc(1, sizeof *k);
     if (k && buffer_pieces(s, u->base.bytes, u->base.src, big_tag(u->big), &k->data, &k->pieces, &k->npieces)) {
-      if (!s->abandoned) {
-        free(k->pieces);
-        free(k->data);
-      }
       free(k);
       k = NULL;
     }

@@ -2,7 +2,9 @@
  *  - ring: pipelined reduce-scatter then all-gather; each block is reduced
  *    at one rank and copied to the others.
  *  - rhd: Rabenseifner (recursive halving, then doubling), folded for any
- *    world size; each element is reduced at one proxy and copied.
+ *    world size; each element is reduced at one proxy and copied. Nearest
+ *    partners first (patterns.h): with consecutive ranks on one host, the
+ *    halves stay on it and only quarters and less cross between hosts.
  *  - rd: recursive doubling of the whole vector (latency-first), folded;
  *    both partners of a step evaluate (lower proxy's partial) op (upper
  *    proxy's partial) with the same kernel, so NaN payloads and signed
@@ -31,15 +33,16 @@ static braid_status ar_rhd(braid_comm *c, void *buf, size_t count, const braid__
   char *work = R->lp ? braid__scratch(c, 0, count * asz) : (char *)buf;
   char *tmp = work ? braid__scratch(c, 1, count * asz) : NULL;
   if (!tmp) return BRAID_ERR_NO_MEMORY;
-  braid_status st = braid__rhd_reduce(c, R, &P, count, buf, work, tmp, 0);
+  braid_status st = braid__rhd_reduce(c, R, &P, count, buf, work, tmp, 1, 0);
   if (st) return st;
   if (q < 0) return braid__algo_xfer(c, 0, buf, count, R->dt, peer, unfold);
 
-  size_t o = braid__prange_off(&P, q), len = braid__prange_off(&P, q + 1) - o;
+  const int b = braid__brev(q, L); /* the range this proxy reduced */
+  size_t o = braid__prange_off(&P, b), len = braid__prange_off(&P, b + 1) - o;
   if (R->lp || R->op == BRAID_AVG)
     braid__acc_store(braid__at(buf, o, esz), braid__at(work, o, asz), len, R->dt, R->op, R->ndiv);
   for (int i = 0; i < L; i++) {
-    braid__xchg x = braid__rhd_doubling(q, p, i);
+    braid__xchg x = braid__rhd_doubling_near(q, p, i);
     size_t so = braid__prange_off(&P, x.send_lo), ro = braid__prange_off(&P, x.recv_lo);
     int pr = braid__fold_rank(x.peer, n);
     if ((st = braid__algo_sendrecv(c, braid__at(buf, so, esz), braid__prange_off(&P, x.send_hi) - so, pr,

@@ -149,13 +149,14 @@ braid_status braid__ring_rs(braid_comm *c, const braid__red *R, const braid__blo
 
 /* Recursive halving with folding (reduce_scatter.c). An extra hands local
    (total elements, dtype) to its proxy and returns. A proxy q returns with
-   the reduction of all n ranks' range [off(q), off(q+1)) in accumulator
-   format at the same offset of work (not divided for AVG). work == local
-   means local is the caller's writable buffer of a direct dtype and holds
-   the partials itself. tmp: total * asz bytes. Uses steps step0 (folding)
-   and step0+1..step0+log2(p) (halving). n >= 2. */
+   the reduction of all n ranks' range [off(b), off(b+1)) in accumulator
+   format at the same offset of work (not divided for AVG), where b is q,
+   or brev(q) with near set (nearest partners first, patterns.h). work ==
+   local means local is the caller's writable buffer of a direct dtype and
+   holds the partials itself. tmp: total * asz bytes. Uses steps step0
+   (folding) and step0+1..step0+log2(p) (halving). n >= 2. */
 braid_status braid__rhd_reduce(braid_comm *c, const braid__red *R, const braid__prange *P, size_t total,
-                               const void *local, void *work, void *tmp, uint64_t step0);
+                               const void *local, void *work, void *tmp, int near, uint64_t step0);
 
 /* Pipelined ring all-gather (allgather.c): block r of B is sent from own,
    every other block is received into buf at its place. Block r of buf is

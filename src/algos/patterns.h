@@ -156,6 +156,32 @@ static inline braid__xchg braid__rhd_doubling(int q, int p, int i) {
   return x;
 }
 
+/* The low bits bits of v in reverse order. */
+static inline int braid__brev(int v, int bits) {
+  int w = 0;
+  for (int b = 0; b < bits; b++) w |= ((v >> b) & 1) << (bits - 1 - b);
+  return w;
+}
+
+/* The same two patterns with the nearest partners first: halving at
+   distance 1, 2, ..., p/2 and doubling back from p/2. Proxy q plays proxy
+   brev(q) of the patterns above (flipping bit i of brev(q) flips bit
+   log2(p)-1-i of q), so it ends halving with range [brev(q), brev(q)+1).
+   Where consecutive ranks share a host, the large first halves stay on
+   it and only quarters and less cross between hosts. */
+static inline braid__xchg braid__rhd_halving_near(int q, int p, int i) {
+  int L = braid__log2_floor(p);
+  braid__xchg x = braid__rhd_halving(braid__brev(q, L), p, i);
+  x.peer = braid__brev(x.peer, L);
+  return x;
+}
+static inline braid__xchg braid__rhd_doubling_near(int q, int p, int i) {
+  int L = braid__log2_floor(p);
+  braid__xchg x = braid__rhd_doubling(braid__brev(q, L), p, i);
+  x.peer = braid__brev(x.peer, L);
+  return x;
+}
+
 /* Recursive doubling of whole vectors, step i: exchange with q ^ 2^i.
    Both partners combine (lower proxy's partial) op (upper proxy's). */
 static inline int braid__rd_peer(int q, int i) { return q ^ (1 << i); }

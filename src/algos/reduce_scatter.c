@@ -155,7 +155,7 @@ fail:
  * order does not have to match between ranks.
  */
 braid_status braid__rhd_reduce(braid_comm *c, const braid__red *R, const braid__prange *P, size_t total,
-                               const void *local, void *work, void *tmp, uint64_t step0) {
+                               const void *local, void *work, void *tmp, int near, uint64_t step0) {
   const int n = c->size, r = c->rank, p = P->p, L = braid__log2_floor(p);
   const int q = braid__fold_proxy(r, n), peer = braid__fold_peer(r, n);
   const size_t esz = R->esz, asz = R->asz;
@@ -178,7 +178,7 @@ braid_status braid__rhd_reduce(braid_comm *c, const braid__red *R, const braid__
     have = 1;
   }
   for (int i = 0; i < L; i++) {
-    braid__xchg x = braid__rhd_halving(q, p, i);
+    braid__xchg x = near ? braid__rhd_halving_near(q, p, i) : braid__rhd_halving(q, p, i);
     size_t so = braid__prange_off(P, x.send_lo), sl = braid__prange_off(P, x.send_hi) - so;
     size_t ro = braid__prange_off(P, x.recv_lo), rl = braid__prange_off(P, x.recv_hi) - ro;
     int pr = braid__fold_rank(x.peer, n);
@@ -220,7 +220,7 @@ static braid_status rs_rhd(braid_comm *c, const void *send, void *recv, size_t c
   char *work = braid__scratch(c, 0, total * asz);
   char *tmp = work ? braid__scratch(c, 1, total * asz) : NULL;
   if (!tmp) return BRAID_ERR_NO_MEMORY;
-  braid_status st = braid__rhd_reduce(c, R, &P, total, send, work, tmp, 0);
+  braid_status st = braid__rhd_reduce(c, R, &P, total, send, work, tmp, 0, 0);
   if (st) return st;
   const int peer = braid__fold_peer(r, n);
   const uint64_t last = 1 + (uint64_t)L;

@@ -145,9 +145,16 @@ static set64 folded(int q, int n) {
   return s;
 }
 
-static int test_halving_doubling(void) {
+static int own_part(int near, int q, int L) { return near ? braid__brev(q, L) : q; }
+
+/* Halving and doubling, farthest partners first (near 0: reduce-scatter's,
+   proxy q ends with range q) or nearest first (near 1: all-reduce's, proxy
+   q ends with range brev(q)). */
+static int check_halving_doubling(int near) {
   static set64 acc[MAXN][MAXN], old[MAXN][MAXN];
   static set64 have[MAXN], oldh[MAXN];
+  braid__xchg (*halving)(int, int, int) = near ? braid__rhd_halving_near : braid__rhd_halving;
+  braid__xchg (*doubling)(int, int, int) = near ? braid__rhd_doubling_near : braid__rhd_doubling;
   for (int n = 1; n <= MAXN; n++) {
     int p = braid__pow2_floor(n), L = braid__log2_floor(p);
     for (int q = 0; q < p; q++)
@@ -158,17 +165,18 @@ static int test_halving_doubling(void) {
     for (int i = 0; i < L; i++) {
       memcpy(old, acc, sizeof acc);
       for (int q = 0; q < p; q++) {
-        braid__xchg x = braid__rhd_halving(q, p, i), y = braid__rhd_halving(x.peer, p, i);
+        braid__xchg x = halving(q, p, i), y = halving(x.peer, p, i);
         BT_CHECK(y.peer == q, "n=%d step %d: %d pairs with %d, which pairs with %d", n, i, q, x.peer, y.peer);
         BT_CHECK(y.send_lo == x.recv_lo && y.send_hi == x.recv_hi && y.recv_lo == x.send_lo &&
                      y.recv_hi == x.send_hi,
                  "n=%d step %d: ranges of %d and %d do not pair", n, i, q, x.peer);
         BT_CHECK(x.recv_lo == lo[q] || x.recv_hi == hi[q], "not a half of the current range");
-        BT_CHECK(q >= x.recv_lo && q < x.recv_hi && x.recv_hi - x.recv_lo == (hi[q] - lo[q]) / 2,
+        BT_CHECK(own_part(near, q, L) >= x.recv_lo && own_part(near, q, L) < x.recv_hi && x.recv_hi - x.recv_lo == (hi[q] - lo[q]) / 2,
                  "n=%d step %d: proxy %d keeps [%d,%d)", n, i, q, x.recv_lo, x.recv_hi);
         BT_CHECK(x.send_lo >= lo[q] && x.send_hi <= hi[q] && x.send_hi - x.send_lo == x.recv_hi - x.recv_lo,
                  "send range");
-        BT_CHECK(braid__rhd_doubling(q, p, L - 1 - i).peer == x.peer, "doubling mirrors halving");
+        BT_CHECK(doubling(q, p, L - 1 - i).peer == x.peer, "doubling mirrors halving");
+        BT_CHECK(x.peer == (q ^ (near ? 1 << i : p >> (i + 1))), "n=%d step %d: %d's partner %d", n, i, q, x.peer);
         for (int j = x.recv_lo; j < x.recv_hi; j++) {
           BT_CHECK(!(acc[q][j] & old[x.peer][j]), "n=%d step %d: part %d counted twice at proxy %d", n, i, j, q);
           acc[q][j] |= old[x.peer][j];
@@ -177,15 +185,16 @@ static int test_halving_doubling(void) {
       }
     }
     for (int q = 0; q < p; q++) {
-      BT_CHECK(lo[q] == q && hi[q] == q + 1, "n=%d: proxy %d ends with [%d,%d)", n, q, lo[q], hi[q]);
-      BT_CHECK(acc[q][q] == all_of(n), "n=%d: proxy %d's part lacks ranks: %llx", n, q, (unsigned long long)acc[q][q]);
+      BT_CHECK(lo[q] == own_part(near, q, L) && hi[q] == own_part(near, q, L) + 1, "n=%d: proxy %d ends with [%d,%d)", n, q, lo[q], hi[q]);
+      BT_CHECK(acc[q][own_part(near, q, L)] == all_of(n), "n=%d: proxy %d's part lacks ranks: %llx", n, q,
+               (unsigned long long)acc[q][own_part(near, q, L)]);
     }
     /* doubling: the final parts spread to every proxy */
-    for (int q = 0; q < p; q++) have[q] = bit(q);
+    for (int q = 0; q < p; q++) have[q] = bit(own_part(near, q, L));
     for (int i = 0; i < L; i++) {
       memcpy(oldh, have, sizeof have);
       for (int q = 0; q < p; q++) {
-        braid__xchg x = braid__rhd_doubling(q, p, i), y = braid__rhd_doubling(x.peer, p, i);
+        braid__xchg x = doubling(q, p, i), y = doubling(x.peer, p, i);
         set64 mine = 0, theirs = 0;
         for (int j = x.send_lo; j < x.send_hi; j++) mine |= bit(j);
         for (int j = x.recv_lo; j < x.recv_hi; j++) theirs |= bit(j);
@@ -196,6 +205,7 @@ static int test_halving_doubling(void) {
       }
     }
     for (int q = 0; q < p; q++) BT_CHECK(have[q] == all_of(p), "n=%d: proxy %d misses parts", n, q);
+    if (near) continue;
     /* recursive doubling of whole vectors */
     set64 whole[MAXN], prev[MAXN];
     for (int q = 0; q < p; q++) whole[q] = folded(q, n);
@@ -211,6 +221,8 @@ static int test_halving_doubling(void) {
   }
   return 0;
 }
+
+static int test_halving_doubling(void) { return check_halving_doubling(0) || check_halving_doubling(1); }
 
 static int subtree_size(int v, int n, int k) {
   int kids[256], nk = braid__knomial_children(v, n, k, kids, 256), s = 1;

@@ -58,7 +58,7 @@ int braid__algo_supports(int kind, int algo) {
  *  - rhd moves the ring's bytes in 2 log2 p rounds, so on power-of-two
  *    worlds it wins until a ring block is large enough (tens of KiB) to
  *    amortize a step's latency; at 4 and 8 ranks, where the ring has 2(n-1)
- *    steps against 2 log2 n, up to blocks of 1 MiB (measured on tcp:
+ *    steps against 2 log2 n, for blocks under 2 MiB (measured on tcp:
  *    docs/ALGORITHMS.md); all-reduce's rhd pairs nearest ranks first, so
  *    where consecutive ranks share a host it sends fewer bytes between
  *    hosts than the ring; on non-power-of-two sizes folding sends the whole
@@ -82,7 +82,7 @@ typedef struct rule {
 static const rule TABLE[] = {
     {BRAID__COLL_ALL_REDUCE, BRAID__ALGO_RD, 0, 0, 0, 64 * KIB, 0, "one exchange of the whole vector: the ring's bytes in one step", 2},
     {BRAID__COLL_ALL_REDUCE, BRAID__ALGO_RD, 0, 0, 0, 4 * KIB, 0, "log2 n rounds of the whole vector: latency first", 0},
-    {BRAID__COLL_ALL_REDUCE, BRAID__ALGO_RHD, 1, 0, 4, 0, 1024 * KIB, "2 log2 n rounds against the ring's 2(n-1)", 8},
+    {BRAID__COLL_ALL_REDUCE, BRAID__ALGO_RHD, 1, 0, 4, 0, 2048 * KIB, "2 log2 n rounds against the ring's 2(n-1)", 8},
     {BRAID__COLL_ALL_REDUCE, BRAID__ALGO_RHD, 1, 0, 0, 0, 32 * KIB, "2 log2 n rounds moving the ring's bytes", 0},
     {BRAID__COLL_ALL_REDUCE, BRAID__ALGO_RHD, 0, 0, 0, 0, 8 * KIB, "folding costs two more whole-vector transfers", 0},
     {BRAID__COLL_ALL_REDUCE, BRAID__ALGO_RING, 0, 0, 0, 0, 0, "2(n-1) pipelined steps, bandwidth-optimal", 0},

@@ -1879,9 +1879,9 @@ static int sim_select(void) {
   CHECK(braid__algo_select(BRAID__COLL_ALL_REDUCE, 64 << 10, 8) == BRAID__ALGO_RHD, "mid all-reduce: rhd");
   CHECK(braid__algo_select(BRAID__COLL_ALL_REDUCE, 64 << 20, 8) == BRAID__ALGO_RING, "large all-reduce: ring");
   CHECK(braid__algo_select(BRAID__COLL_ALL_REDUCE, 256 << 10, 4) == BRAID__ALGO_RHD, "from 4 ranks, rhd longer");
-  CHECK(braid__algo_select(BRAID__COLL_ALL_REDUCE, 2 << 20, 4) == BRAID__ALGO_RHD, "4 ranks, 512 KiB blocks: rhd");
-  CHECK(braid__algo_select(BRAID__COLL_ALL_REDUCE, 4 << 20, 4) == BRAID__ALGO_RING, "1 MiB blocks: ring");
-  CHECK(braid__algo_select(BRAID__COLL_ALL_REDUCE, 4 << 20, 8) == BRAID__ALGO_RHD, "8 ranks, 512 KiB blocks: rhd");
+  CHECK(braid__algo_select(BRAID__COLL_ALL_REDUCE, 4 << 20, 4) == BRAID__ALGO_RHD, "4 ranks, 1 MiB blocks: rhd");
+  CHECK(braid__algo_select(BRAID__COLL_ALL_REDUCE, 8 << 20, 4) == BRAID__ALGO_RING, "2 MiB blocks: ring");
+  CHECK(braid__algo_select(BRAID__COLL_ALL_REDUCE, 8 << 20, 8) == BRAID__ALGO_RHD, "8 ranks, 1 MiB blocks: rhd");
   CHECK(braid__algo_select(BRAID__COLL_ALL_REDUCE, 64 << 10, 2) == BRAID__ALGO_RD, "2 ranks: rd longer");
   CHECK(braid__algo_select(BRAID__COLL_ALL_REDUCE, 8 << 10, 3) == BRAID__ALGO_RHD, "3 ranks: rd only while small");
   CHECK(braid__algo_select(BRAID__COLL_ALL_REDUCE, 256 << 10, 2) == BRAID__ALGO_RING, "2 ranks: ring sooner");

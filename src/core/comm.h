@@ -217,6 +217,7 @@ struct braid_comm {
   double timeout_s;   /* 0: wait forever */
   double destroy_timeout_s;
   unsigned spin_limit; /* waits spin this many times before yielding (set by the backend) */
+  unsigned spin_now;   /* spin_limit, or 0 while the CPUs are crowded (wait.c sets it) */
   double yield_s;      /* ... then yield this long before sleeping */
   struct braid__boot *boot;   /* rendezvous store and job layout (bootstrap/bootstrap.h) */
   struct braid_comm *parent;  /* sub-communicator: the communicator it serves (NULL for user communicators) */

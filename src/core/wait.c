@@ -11,6 +11,7 @@
 #include "bootstrap/bootstrap.h"
 #include "core/tag.h"
 #include "core/trace.h"
+#include "os/sched.h"
 #include "os/time.h"
 
 #define LIVE_CHECK_S 0.1   /* liveness and the cross-rank check, while a wait is slow */
@@ -19,6 +20,42 @@
 #define FAIL_PUBLISH_S 2.0 /* bound of the failure's store write: a store out of reach must not hold the error */
 #define MAX_SLEEP_S 0.1    /* a sleeper wakes at least this often to run the checks */
 #define POSITION_AFTER_S 1.0 /* a collective's wait this long publishes this rank's position */
+#define CROWD_SAMPLE_S 0.05  /* a waiting thread reads its run delay at most this often */
+#define CROWDED_ON 0.25      /* ... and spinning stops when it waited for a CPU this share of the time */
+#define CROWDED_OFF 0.05     /* ... and resumes below this share (the yields keep it above while crowded) */
+
+/* ---------------------------------------------------------------- crowded CPUs */
+
+atomic_int braid__crowded;
+
+int braid__crowded_next(int crowded, double share) {
+  if (share >= CROWDED_ON) return 1;
+  if (share < CROWDED_OFF) return 0;
+  return crowded;
+}
+
+static _Thread_local double crowd_at;      /* this thread's last sample (0: none yet) */
+static _Thread_local uint64_t crowd_delay; /* its run delay then, ns */
+
+/* With more busy processes than CPUs, a spinning rank holds a CPU that the
+   rank it waits for needs: the scheduler's time slices (milliseconds) then
+   set the pace of every message. Ranks cannot see each other's hosts'
+   loads, but each thread can see its own run delay. */
+static void crowd_sample(double now) {
+  if (now - crowd_at < CROWD_SAMPLE_S) return;
+  uint64_t d;
+  if (braid__run_delay_ns(&d)) {
+    crowd_at = INFINITY; /* the kernel does not say: never sample again in this thread */
+    return;
+  }
+  if (crowd_at > 0 && d >= crowd_delay) {
+    int was = atomic_load_explicit(&braid__crowded, memory_order_relaxed);
+    int next = braid__crowded_next(was, (double)(d - crowd_delay) * 1e-9 / (now - crowd_at));
+    if (next != was) atomic_store_explicit(&braid__crowded, next, memory_order_relaxed);
+  }
+  crowd_at = now;
+  crowd_delay = d;
+}
 
 /* ---------------------------------------------------------------- live communicators */
 
@@ -339,7 +376,10 @@ braid_status braid__wait_slow(braid_comm *c, braid__waiter *w, int peer, const c
     braid__wait_end(c, w);
     return st;
   }
-  if (w->spins < c->spin_limit) return BRAID_OK;
+  crowd_sample(now);
+  unsigned spin = atomic_load_explicit(&braid__crowded, memory_order_relaxed) ? 0 : c->spin_limit;
+  if (c->spin_now != spin) c->spin_now = spin;
+  if (w->spins < c->spin_now) return BRAID_OK;
   /* Another communicator's transfer may be what the awaited peer waits
      for; while one is pending this rank keeps polling instead of sleeping. */
   int others = atomic_load_explicit(&live_count, memory_order_relaxed) > 1 ? braid__progress_others(c) : 0;

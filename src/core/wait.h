@@ -38,11 +38,21 @@ static inline void braid__wait_begin(braid__waiter *w) {
   w->pos_published = 0;
   w->start = 0;
 }
+/* Set while this process's waiting threads spend much of their time
+   runnable but without a CPU (more busy processes than CPUs: the job's
+   own ranks, or other work on the host): spinning then only delays the
+   rank being waited for, so waits skip it and go on to yield and sleep
+   (c->spin_now is 0 then). */
+extern atomic_int braid__crowded;
+/* The next crowded state after a sample in which a waiting thread was
+   kept from a CPU for share (0-1) of the time, from the state before. */
+int braid__crowded_next(int crowded, double share);
+
 /* The slow part: every 64 spins, and every call after the spin phase. */
 braid_status braid__wait_slow(braid_comm *c, braid__waiter *w, int peer, const char *what);
 static inline braid_status braid__wait_poll(braid_comm *c, braid__waiter *w, int peer, const char *what) {
   w->spins++;
-  if (w->spins < c->spin_limit) {
+  if (w->spins < c->spin_now) {
     braid__cpu_relax();
     if (w->spins & 63) return BRAID_OK;
   }

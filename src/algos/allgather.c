@@ -137,9 +137,8 @@ static braid_status ag_rd(braid_comm *c, const void *send, void *recv, size_t co
        already: the copy's lines are dirty in this core's cache, and a peer
        reading them there (single copy) measured slower than reading send. */
     const void *src = send != mine && so == (size_t)r * count && sn == count ? send : braid__cat(recv, so, esz);
-    if ((st = braid__algo_recv(c, braid__at(recv, ro, esz), braid__prange_off(&P, x.recv_hi) - ro, dt, pr,
-                               1 + (uint64_t)i, &rq[0])) ||
-        (st = braid__algo_send(c, src, sn, dt, pr, 1 + (uint64_t)i, &rq[1])))
+    if ((st = braid__algo_post_xchg(c, src, sn, pr, braid__at(recv, ro, esz), braid__prange_off(&P, x.recv_hi) - ro,
+                                    pr, dt, 1 + (uint64_t)i, &rq[1], &rq[0])))
       goto fail;
     if (copy) memcpy(mine, send, count * esz), copy = 0;
     if ((st = braid__waitall(c, rq, 2))) goto fail;

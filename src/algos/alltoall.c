@@ -30,8 +30,8 @@ static braid_status a2a_pairwise(braid_comm *c, const void *send, void *recv, si
     braid__req **slot = &q[2 * ((s - 1) % A2A_WINDOW)];
     if (s > A2A_WINDOW && (st = braid__waitall(c, slot, 2))) goto fail; /* step s - WINDOW */
     int to = braid__a2a_to(r, n, s), from = braid__a2a_from(r, n, s);
-    if ((st = braid__algo_recv(c, braid__at(recv, (size_t)from * count, esz), count, dt, from, 0, &slot[0])) ||
-        (st = braid__algo_send(c, braid__cat(send, (size_t)to * count, esz), count, dt, to, 0, &slot[1])))
+    if ((st = braid__algo_post_xchg(c, braid__cat(send, (size_t)to * count, esz), count, to,
+                                    braid__at(recv, (size_t)from * count, esz), count, from, dt, 0, &slot[1], &slot[0])))
       goto fail;
   }
   if ((st = braid__waitall(c, q, 2 * A2A_WINDOW))) goto fail;
@@ -69,8 +69,8 @@ static braid_status a2a_inplace(braid_comm *c, void *buf, size_t count, braid_dt
     if (p < 0) break;
     int o = posted++ % w;
     peer[o] = p;
-    if ((st = braid__algo_recv(c, tmp + (size_t)o * bytes, count, dt, p, 0, &q[2 * o])) ||
-        (st = braid__algo_send(c, (char *)buf + (size_t)p * bytes, count, dt, p, 0, &q[2 * o + 1])))
+    if ((st = braid__algo_post_xchg(c, (char *)buf + (size_t)p * bytes, count, p, tmp + (size_t)o * bytes, count, p,
+                                    dt, 0, &q[2 * o + 1], &q[2 * o])))
       goto fail;
   }
   return BRAID_OK;

@@ -27,9 +27,12 @@ static char *at(const void *buf, size_t displ, size_t count, size_t esz) {
 
 static braid_status exchange(braid_comm *c, void *rbuf, size_t rcount, int from, const void *sbuf, size_t scount,
                              int to, braid_dtype dt, braid__req **q) {
+  /* Empty blocks are sent too (braid__algo_post_xchg skips them), so that
+     counts the two sides disagree on fail as a mismatch; the send goes
+     first, for braid__algo_post_xchg's reasons. */
   uint64_t tag = braid__coll_tag(c, 0);
-  braid_status st = braid__irecv(c, rbuf, rcount, dt, from, tag, &q[0]);
-  return st ? st : braid__isend(c, sbuf, scount, dt, to, tag, &q[1]);
+  braid_status st = braid__isend(c, sbuf, scount, dt, to, tag, &q[1]);
+  return st ? st : braid__irecv(c, rbuf, rcount, dt, from, tag, &q[0]);
 }
 
 static braid_status a2av_pairwise(braid_comm *c, const void *send, const size_t *scounts, const size_t *sdispls,

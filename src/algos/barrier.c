@@ -10,8 +10,8 @@ static braid_status dissem(braid_comm *c) {
   for (int k = 0; k < steps; k++) {
     braid__req *q[2] = {0};
     uint64_t tag = braid__coll_tag(c, (uint64_t)k);
-    braid_status st = braid__irecv(c, &none, 0, BRAID_U8, braid__dissem_from(r, n, k), tag, &q[0]);
-    if (!st) st = braid__isend(c, &none, 0, BRAID_U8, braid__dissem_to(r, n, k), tag, &q[1]);
+    braid_status st = braid__isend(c, &none, 0, BRAID_U8, braid__dissem_to(r, n, k), tag, &q[1]);
+    if (!st) st = braid__irecv(c, &none, 0, BRAID_U8, braid__dissem_from(r, n, k), tag, &q[0]);
     if (!st) st = braid__waitall(c, q, 2);
     if (st) {
       braid__algo_drain(c, q, 2);

@@ -186,13 +186,27 @@ static inline braid_status braid__algo_xfer(braid_comm *c, int is_send, void *bu
   return st;
 }
 
-/* sbuf to rank `to` and rbuf from rank `from`, both in flight, then both
-   complete. */
+/* Posts one exchange: sbuf to rank `to` (slot *sq) and rbuf from rank
+   `from` (*rq), on the same step. The send goes first: over a rendezvous
+   transport (tcp above its eager size) both ranks' announcements then
+   leave before either's go-ahead, and the two directions stream at once.
+   With the receive first, a rank that comes late answers the early rank's
+   announcement before making its own; the early rank starts streaming,
+   and its go-ahead for the late rank's message waits behind its own data,
+   so on a slow link the two directions run one after the other
+   (docs/ALGORITHMS.md has the measurements). */
+static inline braid_status braid__algo_post_xchg(braid_comm *c, const void *sbuf, size_t scount, int to, void *rbuf,
+                                                 size_t rcount, int from, braid_dtype dt, uint64_t step,
+                                                 braid__req **sq, braid__req **rq) {
+  braid_status st = braid__algo_send(c, sbuf, scount, dt, to, step, sq);
+  return st ? st : braid__algo_recv(c, rbuf, rcount, dt, from, step, rq);
+}
+
+/* One exchange, posted as above, then both complete. */
 static inline braid_status braid__algo_sendrecv(braid_comm *c, const void *sbuf, size_t scount, int to, void *rbuf,
                                                 size_t rcount, int from, braid_dtype dt, uint64_t step) {
   braid__req *q[2] = {0};
-  braid_status st = braid__algo_recv(c, rbuf, rcount, dt, from, step, &q[0]);
-  if (!st) st = braid__algo_send(c, sbuf, scount, dt, to, step, &q[1]);
+  braid_status st = braid__algo_post_xchg(c, sbuf, scount, to, rbuf, rcount, from, dt, step, &q[1], &q[0]);
   if (!st) return braid__waitall(c, q, 2);
   braid__algo_drain(c, q, 2);
   return st;

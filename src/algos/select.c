@@ -54,7 +54,10 @@ int braid__algo_supports(int kind, int algo) {
  *    a round's latency outweighs its bytes: vectors of a few KiB;
  *  - on 2 ranks rd moves the ring's bytes in one step instead of two, at
  *    the price of reducing the whole vector on both ranks, which costs
- *    more than the second step's latency only past tens of KiB;
+ *    more than the second step's latency only past tens of KiB; beyond,
+ *    rhd moves the same halves as the ring, each as one message instead
+ *    of the ring's chunks, up to 32 MiB (it takes a vector of scratch;
+ *    measured on tcp: docs/ALGORITHMS.md);
  *  - rhd moves the ring's bytes in 2 log2 p rounds, so on power-of-two
  *    worlds it wins until a ring block is large enough (tens of KiB) to
  *    amortize a step's latency; at 4 and 8 ranks, where the ring has 2(n-1)
@@ -82,6 +85,7 @@ typedef struct rule {
 static const rule TABLE[] = {
     {BRAID__COLL_ALL_REDUCE, BRAID__ALGO_RD, 0, 0, 0, 64 * KIB, 0, "one exchange of the whole vector: the ring's bytes in one step", 2},
     {BRAID__COLL_ALL_REDUCE, BRAID__ALGO_RD, 0, 0, 0, 4 * KIB, 0, "log2 n rounds of the whole vector: latency first", 0},
+    {BRAID__COLL_ALL_REDUCE, BRAID__ALGO_RHD, 0, 0, 0, 32 * KIB * KIB, 0, "the ring's two half-vector steps, each one message", 2},
     {BRAID__COLL_ALL_REDUCE, BRAID__ALGO_RHD, 1, 0, 4, 0, 2048 * KIB, "2 log2 n rounds against the ring's 2(n-1)", 8},
     {BRAID__COLL_ALL_REDUCE, BRAID__ALGO_RHD, 1, 0, 0, 0, 32 * KIB, "2 log2 n rounds moving the ring's bytes", 0},
     {BRAID__COLL_ALL_REDUCE, BRAID__ALGO_RHD, 0, 0, 0, 0, 8 * KIB, "folding costs two more whole-vector transfers", 0},

@@ -89,7 +89,8 @@ typedef struct sim_rank {
   void *scr[BRAID__NSCRATCH];
   size_t scap[BRAID__NSCRATCH], sasked[BRAID__NSCRATCH];
   int sused[BRAID__NSCRATCH];
-  braid_status st; /* the last call's status */
+  braid_status st;           /* the last call's status */
+  const sim_req *last_recv; /* the receive posted last, if nothing was posted since */
 } sim_rank;
 
 static struct sim {
@@ -256,6 +257,18 @@ braid_status braid__isend(braid_comm *c, const void *buf, size_t count, braid_dt
     st = S.failed;
   } else {
     check_overlap(r);
+    /* An exchange posts its send first (algos/internal.h): over a
+       rendezvous transport a receive posted first lets the peer's data
+       start before this rank's announcement, and across a slow link the
+       two directions then run one after the other. Pairwise all-to-all
+       keeps one tag for every step, so a step's receive and the next
+       step's send to the same rank look alike: not checked there. */
+    int a2a = c->desc.kind == BRAID__COLL_ALL_TO_ALL || c->desc.kind == BRAID__COLL_ALL_TO_ALLV;
+    for (const sim_req *q = S.rk[me].posted; q && !a2a; q = q->qnext)
+      if (q == S.rk[me].last_recv && q->base.peer == peer && q->base.h.tag == tag)
+        problem("rank %d: its receive from %d at step %llu was posted just before its send to %d at that step", me,
+                peer, step_of(tag), peer);
+    S.rk[me].last_recv = NULL;
     S.messages++;
     sim_rank *D = &S.rk[peer];
     sim_req *rr = NULL;
@@ -301,6 +314,7 @@ braid_status braid__irecv(braid_comm *c, void *buf, size_t count, braid_dtype dt
   sim_rank *R = &S.rk[c->rank];
   sim_req *r = new_req(c, 0, buf, count, dt, peer, tag);
   *out = &r->base;
+  R->last_recv = r;
   braid_status st = BRAID_OK;
   if (bad_args(c, peer, dt, r)) {
     st = BRAID_ERR_INVALID_ARG;
@@ -1884,7 +1898,10 @@ static int sim_select(void) {
   CHECK(braid__algo_select(BRAID__COLL_ALL_REDUCE, 8 << 20, 8) == BRAID__ALGO_RHD, "8 ranks, 1 MiB blocks: rhd");
   CHECK(braid__algo_select(BRAID__COLL_ALL_REDUCE, 64 << 10, 2) == BRAID__ALGO_RD, "2 ranks: rd longer");
   CHECK(braid__algo_select(BRAID__COLL_ALL_REDUCE, 8 << 10, 3) == BRAID__ALGO_RHD, "3 ranks: rd only while small");
-  CHECK(braid__algo_select(BRAID__COLL_ALL_REDUCE, 256 << 10, 2) == BRAID__ALGO_RING, "2 ranks: ring sooner");
+  CHECK(braid__algo_select(BRAID__COLL_ALL_REDUCE, 256 << 10, 2) == BRAID__ALGO_RHD, "2 ranks: rhd after rd");
+  CHECK(braid__algo_select(BRAID__COLL_ALL_REDUCE, 32 << 20, 2) == BRAID__ALGO_RHD, "2 ranks: rhd to 32 MiB");
+  CHECK(braid__algo_select(BRAID__COLL_ALL_REDUCE, (32 << 20) + 4, 2) == BRAID__ALGO_RING, "2 ranks: then ring");
+  CHECK(braid__algo_select(BRAID__COLL_ALL_REDUCE, 256 << 10, 3) == BRAID__ALGO_RING, "3 ranks: ring");
   CHECK(braid__algo_select(BRAID__COLL_ALL_REDUCE, 512 << 10, 8) == BRAID__ALGO_RHD, "8 ranks, 64 KiB blocks: rhd");
   CHECK(braid__algo_select(BRAID__COLL_ALL_REDUCE, 1 << 20, 16) == BRAID__ALGO_RING, "16 ranks, 64 KiB blocks: ring");
   CHECK(braid__algo_select(BRAID__COLL_ALL_REDUCE, 64 << 10, 6) == BRAID__ALGO_RING, "non-power-of-two: ring sooner");

@@ -90,7 +90,7 @@ typedef struct sim_rank {
   size_t scap[BRAID__NSCRATCH], sasked[BRAID__NSCRATCH];
   int sused[BRAID__NSCRATCH];
   braid_status st;           /* the last call's status */
-  const sim_req *last_recv; /* the receive posted last, if nothing was posted since */
+  const sim_req *last_recv; /* the receive posted last, while nothing was posted or freed since */
 } sim_rank;
 
 static struct sim {
@@ -177,6 +177,7 @@ static sim_req *new_req(braid_comm *c, int is_send, void *buf, size_t count, bra
 
 static void free_req(sim_req *r) { /* S.mu held */
   sim_rank *R = &S.rk[r->owner];
+  if (R->last_recv == r) R->last_recv = NULL;
   if (r->base.queued) {
     for (sim_req **pp = &R->posted; *pp; pp = &(*pp)->qnext)
       if (*pp == r) {
@@ -264,10 +265,10 @@ braid_status braid__isend(braid_comm *c, const void *buf, size_t count, braid_dt
        keeps one tag for every step, so a step's receive and the next
        step's send to the same rank look alike: not checked there. */
     int a2a = c->desc.kind == BRAID__COLL_ALL_TO_ALL || c->desc.kind == BRAID__COLL_ALL_TO_ALLV;
-    for (const sim_req *q = S.rk[me].posted; q && !a2a; q = q->qnext)
-      if (q == S.rk[me].last_recv && q->base.peer == peer && q->base.h.tag == tag)
-        problem("rank %d: its receive from %d at step %llu was posted just before its send to %d at that step", me,
-                peer, step_of(tag), peer);
+    const sim_req *q = S.rk[me].last_recv;
+    if (!a2a && q && q->base.queued && q->base.peer == peer && q->base.h.tag == tag)
+      problem("rank %d: its receive from %d at step %llu was posted just before its send to %d at that step", me, peer,
+              step_of(tag), peer);
     S.rk[me].last_recv = NULL;
     S.messages++;
     sim_rank *D = &S.rk[peer];

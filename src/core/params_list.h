@@ -95,6 +95,9 @@
   X(TCP_BUFFER, "BRAID_TCP_BUFFER", SIZE, "4M",                                                                       \
     "tcp backend: SO_SNDBUF/SO_RCVBUF requested per socket, when the system's maximum allows that much (else the "    \
     "kernel sizes them)")                                                                                             \
+  X(TCP_NOTSENT, "BRAID_TCP_NOTSENT", SIZE, "256K",                                                                   \
+    "tcp backend: most bytes a socket to a peer on another host holds unsent in the kernel (TCP_NOTSENT_LOWAT; 0: "   \
+    "no limit), so that a go-ahead for the peer's message is not queued behind this rank's data for long")          \
   X(MPI_MAX_COUNT, "BRAID_MPI_MAX_COUNT", SIZE, "2147483647",                                                         \
     "mpi backend: most bytes (and elements) one MPI call carries; larger messages and collectives go in pieces")    \
   X(MPI_COLL, "BRAID_MPI_COLL", STRING, "auto",                                                                      \

@@ -331,6 +331,44 @@ int braid__sock_is_loopback(const struct sockaddr *sa) {
   return 0;
 }
 
+/* The address part of an IPv4 or IPv6 address (v4-mapped IPv6 as IPv4):
+   its length, 0 for another family. */
+static size_t ip_bytes(const struct sockaddr *sa, const unsigned char **p) {
+  if (sa->sa_family == AF_INET) {
+    *p = (const unsigned char *)&((const struct sockaddr_in *)sa)->sin_addr;
+    return 4;
+  }
+  if (sa->sa_family == AF_INET6) {
+    const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+    *p = a->s6_addr;
+    if (IN6_IS_ADDR_V4MAPPED(a)) {
+      *p += 12;
+      return 4;
+    }
+    return 16;
+  }
+  return 0;
+}
+
+int braid__sock_same_host(int fd) {
+  struct sockaddr_storage a, b;
+  socklen_t al = sizeof a, bl = sizeof b;
+  if (getsockname(fd, (struct sockaddr *)&a, &al) != 0 || getpeername(fd, (struct sockaddr *)&b, &bl) != 0)
+    return -1;
+  if (braid__sock_is_loopback((struct sockaddr *)&a) || braid__sock_is_loopback((struct sockaddr *)&b)) return 1;
+  /* The kernel routes to its own addresses over loopback with that address
+     as the source, so a connection to this host has equal ends. */
+  const unsigned char *pa = NULL, *pb = NULL;
+  size_t la = ip_bytes((struct sockaddr *)&a, &pa), lb = ip_bytes((struct sockaddr *)&b, &pb);
+  return la && la == lb && memcmp(pa, pb, la) == 0;
+}
+
+int braid__sock_set_notsent_lowat(int fd, size_t bytes) {
+  if (!bytes) return 0;
+  int v = bytes > (size_t)INT_MAX ? INT_MAX : (int)bytes;
+  return setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &v, sizeof v);
+}
+
 int braid__sock_local_port(int fd) {
   struct sockaddr_storage ss;
   socklen_t sl = sizeof ss;

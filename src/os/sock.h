@@ -82,6 +82,12 @@ void braid__sock_addr_format(const struct sockaddr *sa, char *out, size_t outlen
 void braid__sock_hostport(const char *host, int port, char *out, size_t outlen);
 /* Whether sa is a loopback address (127/8, ::1, or IPv4-mapped 127/8). */
 int braid__sock_is_loopback(const struct sockaddr *sa);
+/* Whether a connected socket's two ends are on this host (either end a
+   loopback address, or both the same address): 1, 0, or -1 on error. */
+int braid__sock_same_host(int fd);
+/* TCP_NOTSENT_LOWAT: bytes the kernel may hold unsent (0 leaves the
+   system's default). 0 or -1 with errno. */
+int braid__sock_set_notsent_lowat(int fd, size_t bytes);
 /* Port of an IPv4 or IPv6 address (-1 for another family), and setting it. */
 int braid__sock_addr_port(const struct sockaddr *sa);
 void braid__sock_set_port(struct sockaddr_storage *ss, int port);

@@ -24,6 +24,7 @@ static braid_status read_params(braid_comm *c, tcp_state *s) {
   braid_status st = braid__param_int(BRAID_P_TCP_NSOCKS, 1, BRAID_TCP_MAX_SOCKS, &nsocks, err, sizeof err);
   if (!st) st = braid__param_size(BRAID_P_TCP_EAGER_MAX, 0, TCP_EAGER_LIMIT, &s->eager_max, err, sizeof err);
   if (!st) st = braid__param_size(BRAID_P_TCP_BUFFER, 0, (size_t)1 << 30, &s->sockbuf, err, sizeof err);
+  if (!st) st = braid__param_size(BRAID_P_TCP_NOTSENT, 0, (size_t)1 << 30, &s->notsent, err, sizeof err);
   if (st) return braid__fail(c, BRAID_ERR_INVALID_ARG, "%s", err);
   s->nsocks = (int)nsocks;
   /* Unexpected payloads kept for reuse, per communicator: about what one
@@ -102,8 +103,9 @@ static braid_status tcp_init(braid_comm *c) {
   if (s->n > 1)
     BLOG_INFO(BRAID_SUB_TCP, c->rank,
               "tcp: %d ranks, listening on %s port %d, up to %d sockets per peer, eager up to %zu bytes, socket "
-              "buffers of %zu bytes requested, connections authenticated with the %s",
-              s->n, s->laddr, s->lport, s->nsocks, s->eager_max, s->sockbuf,
+              "buffers of %zu bytes requested, at most %zu bytes unsent to another host, connections authenticated "
+              "with the %s",
+              s->n, s->laddr, s->lport, s->nsocks, s->eager_max, s->sockbuf, s->notsent,
               c->boot->env.has_token ? "job token" : "world's generated secret");
   return BRAID_OK;
 }

@@ -125,6 +125,7 @@ typedef struct tcp_state {
   int n, me;
   int nsocks;
   size_t eager_max, sockbuf;
+  size_t notsent; /* TCP_NOTSENT_LOWAT of sockets to other hosts (0: none) */
   int ka_idle, ka_intvl, ka_cnt; /* keepalive, from BRAID_TIMEOUT */
   int epfd, evfd, lfd;           /* epoll set, abort eventfd, listener (-1 for one rank) */
   char laddr[64];
@@ -200,12 +201,17 @@ int tcp_sweep(braid_comm *c, tcp_state *s);
 /* tcp_io.c */
 tcp_frame *tcp_frame_new(tcp_state *s);
 void tcp_frame_free(tcp_state *s, tcp_frame *f);
+/* Drops every frame queued on k. */
+void tcp_queue_clear(tcp_state *s, tcp_conn *k);
 /* A payload buffer of at least len bytes; *cap is what tcp_ubuf_put needs. */
 char *tcp_ubuf_get(tcp_state *s, size_t len, size_t *cap);
 void tcp_ubuf_put(tcp_state *s, char *p, size_t cap);
 void tcp_ubuf_drain(tcp_state *s);
 /* Encodes h with the socket's next sequence number into f and queues it. */
 void tcp_enqueue(tcp_conn *k, tcp_frame *f, braid__tcp_hdr *h);
+/* Queues a control frame ahead of the DATA frames not yet started (the
+   frames behind it are renumbered). */
+void tcp_enqueue_urgent(tcp_conn *k, tcp_frame *f, braid__tcp_hdr *h);
 /* Writes what the socket can take now. */
 braid_status tcp_flush(braid_comm *c, tcp_state *s, tcp_conn *k);
 /* Reads what the socket has (bounded per call). */

@@ -205,13 +205,7 @@ void tcp_conn_close(tcp_state *s, tcp_conn *k) {
     }
   }
   k->state = C_CLOSED;
-  while (k->qhead) {
-    tcp_frame *f = k->qhead;
-    k->qhead = f->next;
-    tcp_frame_free(s, f);
-  }
-  k->qtail = NULL;
-  k->ndata = 0;
+  tcp_queue_clear(s, k);
   if (k->ru) {
     tcp_ubuf_put(s, k->ru->data, k->ru->cap);
     free(k->ru);
@@ -455,6 +449,10 @@ braid_status tcp_connected(braid_comm *c, tcp_state *s, tcp_conn *k) {
   /* A refused or reset connect often means the peer failed and left: the
      lost-socket path looks for the failure it published before blaming it. */
   if (err) return tcp_conn_lost(c, s, k, err);
+  /* Across a link slower than the CPUs, what the kernel holds unsent leaves
+     before a CTS queued now; on this host the bytes leave as fast as the
+     peer reads, and the limit would only add wake-ups. */
+  if (s->notsent && braid__sock_same_host(k->fd) == 0) (void)braid__sock_set_notsent_lowat(k->fd, s->notsent);
   braid__tcp_hello m = {(uint32_t)s->me, (uint32_t)k->peer, (uint32_t)k->idx, 0, {0}};
   if (braid__random_bytes(m.nonce, sizeof m.nonce))
     return braid__fail(c, BRAID_ERR_SYSTEM, "could not draw a handshake nonce");

@@ -112,6 +112,16 @@ void tcp_enqueue(tcp_conn *k, tcp_frame *f, braid__tcp_hdr *h) {
   append(k, f);
 }
 
+void tcp_queue_clear(tcp_state *s, tcp_conn *k) {
+  while (k->qhead) {
+    tcp_frame *f = k->qhead;
+    k->qhead = f->next;
+    tcp_frame_free(s, f);
+  }
+  k->qtail = NULL;
+  k->ndata = 0;
+}
+
 static void list_add(tcp_req **head, tcp_req *r) {
   r->lprev = NULL;
   r->lnext = *head;
@@ -427,7 +437,32 @@ braid_status tcp_feed(braid_comm *c, tcp_state *s, int q) {
   return st;
 }
 
-/* Queues a CTS for q's message msgid on this rank's socket 0 to q. */
+void tcp_enqueue_urgent(tcp_conn *k, tcp_frame *f, braid__tcp_hdr *h) {
+  tcp_frame **at = &k->qhead;
+  while (*at && ((*at)->done || (*at)->type != BRAID_TCP_DATA)) at = &(*at)->next;
+  if (!*at) {
+    tcp_enqueue(k, f, h);
+    return;
+  }
+  /* Frames not started have sent no byte of their header yet, so they can
+     take the next numbers. */
+  braid__tcp_hdr d;
+  braid__tcp_hdr_decode((*at)->hdr, &d);
+  h->seq = d.seq;
+  for (tcp_frame *x = *at; x; x = x->next) {
+    braid__tcp_hdr_decode(x->hdr, &d);
+    d.seq++;
+    braid__tcp_hdr_encode(&d, x->hdr);
+  }
+  k->seq_out++;
+  f->type = h->type;
+  braid__tcp_hdr_encode(h, f->hdr);
+  f->next = *at;
+  *at = f;
+}
+
+/* Queues a CTS for q's message msgid on this rank's socket 0 to q, ahead of
+   this rank's own DATA there: the peer's message should not wait for ours. */
 static braid_status send_cts(braid_comm *c, tcp_state *s, int q, uint64_t msgid) {
   tcp_conn *k;
   braid_status st = tcp_out_conn(c, s, q, 0, &k);
@@ -436,7 +471,7 @@ static braid_status send_cts(braid_comm *c, tcp_state *s, int q, uint64_t msgid)
   if (!f) return braid__fail_comm(c, BRAID_ERR_NO_MEMORY, "out of memory queueing a control frame");
   braid__tcp_hdr h = tcp_hdr(c->id, BRAID_TCP_CTS);
   h.msgid = msgid;
-  tcp_enqueue(k, f, &h);
+  tcp_enqueue_urgent(k, f, &h);
   return tcp_flush(c, s, k);
 }
 

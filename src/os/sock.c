@@ -350,16 +350,9 @@ static size_t ip_bytes(const struct sockaddr *sa, const unsigned char **p) {
   return 0;
 }
 
-int braid__sock_same_host(int fd) {
-  struct sockaddr_storage a, b;
-  socklen_t al = sizeof a, bl = sizeof b;
-  if (getsockname(fd, (struct sockaddr *)&a, &al) != 0 || getpeername(fd, (struct sockaddr *)&b, &bl) != 0)
-    return -1;
-  if (braid__sock_is_loopback((struct sockaddr *)&a) || braid__sock_is_loopback((struct sockaddr *)&b)) return 1;
-  /* The kernel routes to its own addresses over loopback with that address
-     as the source, so a connection to this host has equal ends. */
+int braid__sock_same_ip(const struct sockaddr *a, const struct sockaddr *b) {
   const unsigned char *pa = NULL, *pb = NULL;
-  size_t la = ip_bytes((struct sockaddr *)&a, &pa), lb = ip_bytes((struct sockaddr *)&b, &pb);
+  size_t la = ip_bytes(a, &pa), lb = ip_bytes(b, &pb);
   return la && la == lb && memcmp(pa, pb, la) == 0;
 }
 

@@ -82,9 +82,9 @@ void braid__sock_addr_format(const struct sockaddr *sa, char *out, size_t outlen
 void braid__sock_hostport(const char *host, int port, char *out, size_t outlen);
 /* Whether sa is a loopback address (127/8, ::1, or IPv4-mapped 127/8). */
 int braid__sock_is_loopback(const struct sockaddr *sa);
-/* Whether a connected socket's two ends are on this host (either end a
-   loopback address, or both the same address): 1, 0, or -1 on error. */
-int braid__sock_same_host(int fd);
+/* Whether two IPv4/IPv6 addresses are the same address (ports ignored; an
+   IPv4-mapped IPv6 address equals its IPv4 one). */
+int braid__sock_same_ip(const struct sockaddr *a, const struct sockaddr *b);
 /* TCP_NOTSENT_LOWAT: bytes the kernel may hold unsent (0 leaves the
    system's default). 0 or -1 with errno. */
 int braid__sock_set_notsent_lowat(int fd, size_t bytes);

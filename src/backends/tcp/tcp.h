@@ -106,6 +106,7 @@ typedef struct tcp_peer {
   int nin;                            /* of those, open */
   int bye;                            /* it said BYE on some socket */
   int known;                          /* its address was read from the store */
+  int local;                          /* on this host: loopback or this rank's own address */
   struct sockaddr_storage sa;
   socklen_t salen;
   char where[80]; /* its listener, "host:port" */
@@ -129,6 +130,7 @@ typedef struct tcp_state {
   int ka_idle, ka_intvl, ka_cnt; /* keepalive, from BRAID_TIMEOUT */
   int epfd, evfd, lfd;           /* epoll set, abort eventfd, listener (-1 for one rank) */
   char laddr[64];
+  struct sockaddr_storage lsa; /* laddr parsed (family 0 if it did not parse) */
   int lport;
   uint8_t key[TCP_KEY_LEN];
   tcp_keyref *keyref; /* the world's generated secret, shared with its children */
@@ -209,6 +211,9 @@ void tcp_ubuf_put(tcp_state *s, char *p, size_t cap);
 void tcp_ubuf_drain(tcp_state *s);
 /* Encodes h with the socket's next sequence number into f and queues it. */
 void tcp_enqueue(tcp_conn *k, tcp_frame *f, braid__tcp_hdr *h);
+/* Sockets this rank stripes large messages over to q: one to a rank on
+   this host, whose bytes one socket moves as fast as the CPUs copy them. */
+static inline int tcp_nsocks(const tcp_state *s, int q) { return s->peers[q].local ? 1 : s->nsocks; }
 /* Queues a control frame ahead of the DATA frames not yet started (the
    frames behind it are renumbered). */
 void tcp_enqueue_urgent(tcp_conn *k, tcp_frame *f, braid__tcp_hdr *h);

@@ -256,6 +256,13 @@ braid_status tcp_listen(braid_comm *c, tcp_state *s) {
   s->lfd = l.fd;
   s->lport = l.port;
   snprintf(s->laddr, sizeof s->laddr, "%s", l.addr);
+  struct addrinfo hints, *res = NULL;
+  memset(&hints, 0, sizeof hints);
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICHOST;
+  if (getaddrinfo(s->laddr, NULL, &hints, &res) == 0 && res && res->ai_addrlen <= sizeof s->lsa)
+    memcpy(&s->lsa, res->ai_addr, res->ai_addrlen);
+  if (res) freeaddrinfo(res);
   /* Accepted sockets inherit the listener's buffer sizes (and the window
      scale follows the receive buffer at the handshake). */
   set_buffers(s, s->lfd);
@@ -293,6 +300,10 @@ static braid_status parse_addr(braid_comm *c, tcp_state *s, int q, const char *v
   freeaddrinfo(res);
   braid__sock_hostport(host, port, p->where, sizeof p->where);
   p->known = 1;
+  /* Ranks of one host publish the same address (or loopback): the kernel
+     carries their bytes over loopback. */
+  p->local = braid__sock_is_loopback((struct sockaddr *)&p->sa) ||
+             braid__sock_same_ip((struct sockaddr *)&p->sa, (struct sockaddr *)&s->lsa);
   return BRAID_OK;
 }
 
@@ -407,6 +418,10 @@ braid_status tcp_out_conn(braid_comm *c, tcp_state *s, int q, int idx, tcp_conn 
                        strerror(errno));
   set_buffers(s, fd);
   set_options(s, fd);
+  /* Across a link slower than the CPUs, what the kernel holds unsent leaves
+     before a CTS queued now; on this host the bytes leave as fast as the
+     peer reads, and the limit would only add wake-ups. */
+  if (!p->local) (void)braid__sock_set_notsent_lowat(fd, s->notsent);
   int r;
   do {
     r = connect(fd, (struct sockaddr *)&p->sa, p->salen);
@@ -449,10 +464,6 @@ braid_status tcp_connected(braid_comm *c, tcp_state *s, tcp_conn *k) {
   /* A refused or reset connect often means the peer failed and left: the
      lost-socket path looks for the failure it published before blaming it. */
   if (err) return tcp_conn_lost(c, s, k, err);
-  /* Across a link slower than the CPUs, what the kernel holds unsent leaves
-     before a CTS queued now; on this host the bytes leave as fast as the
-     peer reads, and the limit would only add wake-ups. */
-  if (s->notsent && braid__sock_same_host(k->fd) == 0) (void)braid__sock_set_notsent_lowat(k->fd, s->notsent);
   braid__tcp_hello m = {(uint32_t)s->me, (uint32_t)k->peer, (uint32_t)k->idx, 0, {0}};
   if (braid__random_bytes(m.nonce, sizeof m.nonce))
     return braid__fail(c, BRAID_ERR_SYSTEM, "could not draw a handshake nonce");

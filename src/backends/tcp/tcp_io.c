@@ -388,7 +388,7 @@ braid_status tcp_isend(braid_comm *c, braid__req *br) {
     }
     tcp_enqueue(k, f, &h);
     /* The other sockets of the set connect while the go-ahead travels. */
-    for (int i = 1; i < s->nsocks && !st; i++) {
+    for (int i = 1; i < tcp_nsocks(s, q) && !st; i++) {
       tcp_conn *kk;
       st = tcp_out_conn(c, s, q, i, &kk);
     }
@@ -407,7 +407,7 @@ braid_status tcp_isend(braid_comm *c, braid__req *br) {
 braid_status tcp_feed(braid_comm *c, tcp_state *s, int q) {
   tcp_peer *p = &s->peers[q];
   braid_status st = BRAID_OK;
-  for (int i = 0; i < s->nsocks && p->nstream && !st; i++) {
+  for (int i = 0; i < tcp_nsocks(s, q) && p->nstream && !st; i++) {
     tcp_conn *k = p->out[i];
     if (!k && !p->bye) st = tcp_out_conn(c, s, q, i, &k);
     if (st || !k || k->state != C_READY) continue;

@@ -75,6 +75,16 @@ static int test_shapes(void) {
         return 1;
       }
     }
+  /* shm without single copy stages the blocks in rounds (a small staging
+     space: many rounds, each round's space reused). */
+  static const char *const nocma[] = {"BRAID_SHM_CMA=0", "BRAID_SHM_BUFFER=64K", NULL};
+  for (int n = 2; n <= 5; n++) {
+    bt_run_opts o = {"shm", n, 300, nocma, -1};
+    if ((!bt_quick() || n == 3) && bt_run_ranks_ex(&o, shapes_body, NULL, NULL)) {
+      fprintf(stderr, "alltoallv: backend shm without single copy, %d ranks failed\n", n);
+      return 1;
+    }
+  }
   return 0;
 }
 

@@ -91,15 +91,23 @@ static int test_coll_large_nocma(void) {
    ranks and 1360 at 3, and an all-to-all's direct reads for the generic
    exchange above 1 MiB per rank (87381 at 3 ranks). Reduce also runs many
    staging rounds, with buffers in braid memory on some ranks: reduced by the
-   root alone up to 4 ranks, slice by slice on every rank at 5. */
+   root alone up to 4 ranks, slice by slice on every rank at 5. Without
+   single copy an all-to-all above the slots goes through staging in rounds
+   of one piece per block: many rounds, and the round space reused, with the
+   smallest staging. */
 static int test_rooted_paths(void) {
   static const size_t counts[] = {1344, 1345, 1360, 1361, 2032, 2033, 2040, 2041, 4080, 4081, 70001};
   static const size_t big[] = {70001, 87381, 87382, 300007};
   matrix m = {counts, BT_COUNT(counts), 0, 0}, mb = {big, BT_COUNT(big), 0, 2};
   static const char *const small[] = {"BRAID_SHM_BUFFER=64K", NULL};
+  static const char *const nocma[] = {"BRAID_SHM_CMA=0", NULL};
+  static const char *const nocma_small[] = {"BRAID_SHM_CMA=0", "BRAID_SHM_BUFFER=64K", NULL};
   return run(2, bt_coll_matrix_more, &m) || run(3, bt_coll_matrix_more, &m) ||
          run_env(3, bt_coll_matrix_more, &mb, small, -1, 240) || run(3, bt_coll_matrix_more, &mb) ||
-         run(4, bt_coll_matrix_more, &mb) || run(5, bt_coll_matrix_more, &mb);
+         run(4, bt_coll_matrix_more, &mb) || run(5, bt_coll_matrix_more, &mb) ||
+         run_env(3, bt_coll_matrix_more, &m, nocma, -1, 240) ||
+         run_env(4, bt_coll_matrix_more, &mb, nocma_small, -1, 240) ||
+         run_env(5, bt_coll_matrix_more, &mb, nocma, -1, 240);
 }
 
 /* ---------------------------------------------------------------- braid memory */

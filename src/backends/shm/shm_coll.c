@@ -1065,44 +1065,96 @@ braid_status shm_scatter(braid_comm *c, const void *vsend, void *recv, size_t co
   return ring_from_root(c, s, send, bytes * (size_t)s->n, recv, mine, bytes, root, "the root's data in braid_scatter");
 }
 
-/* All-to-all above the slots, with single copy, up to SHM_A2A_DIRECT_MAX
-   bytes per rank (above, the generic pairwise exchange measured as fast):
-   each rank announces its send buffer (braid memory, read in place, or its
-   address for process_vm_readv) with one post, then copies its block out
-   of every peer's buffer; the end barrier keeps the buffers as they are
-   until all have read. In place, the incoming blocks land in scratch first
-   and overwrite the buffer only after that barrier. */
-static braid_status a2a_direct(braid_comm *c, shm_state *s, const char *send, char *recv, size_t bytes) {
-  size_t total = bytes * (size_t)s->n, mine = (size_t)s->me * bytes;
-  int inplace = send == recv;
-  char *land = recv;
-  if (inplace && !(land = braid__scratch(c, 0, total))) return (braid_status)atomic_load(&c->failed);
-  uint64_t key = s->ph + 1;
-  int zme = shm_zc_announce(s, send, total, key), nzc;
-  shm_ctl_of(s, s->me)->addr = (uint64_t)(uintptr_t)send;
-  shm_post(s);
-  braid_status st;
+/* Where an all-to-all(v) block lies: with counts (elements, times es), or
+   uniform blocks of `uni` bytes at q * uni. */
+typedef struct {
+  const size_t *sc, *sd, *rc, *rd;
+  size_t es, uni;
+} a2a_plan;
+
+static void plan_send(const a2a_plan *pl, int t, size_t *off, size_t *len) {
+  *off = pl->uni ? (size_t)t * pl->uni : pl->sd[t] * pl->es;
+  *len = pl->uni ? pl->uni : pl->sc[t] * pl->es;
+}
+
+static void plan_recv(const a2a_plan *pl, int q, size_t *off, size_t *len) {
+  *off = pl->uni ? (size_t)q * pl->uni : pl->rd[q] * pl->es;
+  *len = pl->uni ? pl->uni : pl->rc[q] * pl->es;
+}
+
+/* All-to-all(v) without single copy: rounds through staging. In round j
+   every rank copies piece j (L bytes at j * L) of each block it sends into
+   its staging (the piece for rank t at t * L of the round's space), posts,
+   copies piece j of its own blocks out of every peer's staging, and posts
+   again; a round's space is rewritten only after every rank posted it
+   copied, and the last round's second post is the end barrier. Two copies,
+   no system call, every rank copying at once (the generic pairwise
+   exchange paid handshakes and a system call per message). In place works:
+   piece j of every block is staged before piece j of any is overwritten.
+   most: the largest block of any rank, the same on every rank. check: the
+   first post carries the call check (else the caller checked already) and
+   the announcement of a send buffer in braid memory, which peers then read
+   in place instead of this rank's staging (uniform blocks only: readers
+   find their block at me * uni; not in place, where the buffer changes
+   while peers read). */
+static braid_status a2a_staged(braid_comm *c, shm_state *s, const char *send, char *recv, const a2a_plan *pl,
+                               size_t most, int check, const char *what) {
+  braid_status st = staging_quiesce(c, s);
+  if (st) return st;
+  const int n = s->n, me = s->me;
+  /* Pieces of at least 64 KiB where staging holds two rounds of them
+     (smaller ones pipeline badly between cores; see stream_chunk). */
+  size_t R = stream_chunk(s, most * (size_t)n), L = R / (size_t)n / SHM_CL * SHM_CL;
+  if (L < ((size_t)64 << 10) && ((size_t)64 << 10) * (size_t)n * 2 <= s->staging) L = (size_t)64 << 10;
+  if (L < SHM_CL) L = SHM_CL;
+  if (L > most) L = round_up(most, SHM_CL);
+  R = L * (size_t)n;
+  size_t K = s->staging / R; /* at least 2 */
+  uint64_t base = s->ph, key = base + 1;
+  int zme = check && pl->uni && send != recv && shm_zc_announce(s, send, pl->uni * (size_t)n, key), nzc = 0;
   SRCS_DECL;
-  if ((st = shm_wait_all(c, s, s->ph, "its input to braid_all_to_all")) || (st = check_posts(c, s)) ||
-      (st = zc_gather(c, s, key, zme, zsrc, &nzc))) {
-    SRCS_FREE;
-    return st;
-  }
-  if (!inplace) memcpy(recv + mine, send + mine, bytes);
-  for (int i = 1; i < s->n && !st; i++) {
-    int q = (s->me + i) % s->n; /* spread the readers over the sources */
-    char *to = land + (size_t)q * bytes;
-    if (zsrc[q]) shm_copy_out(to, zsrc[q] + mine, bytes, total);
-    else st = shm_cma_read(c, s, q, to, shm_ctl_of(s, q)->addr + mine, bytes);
+  for (int q = 0; q < n; q++) zsrc[q] = NULL;
+  size_t so0, sl0, ro0, rl0;
+  plan_send(pl, me, &so0, &sl0);
+  plan_recv(pl, me, &ro0, &rl0);
+  for (size_t j = 0, off = 0; off < most && !st; j++, off += L) {
+    size_t so = (j % K) * R;
+    if (j >= K && (st = shm_wait_all(c, s, base + 2 * (j - K) + 2, what))) break;
+    char *stage = staging_of(s, me) + so;
+    for (int t = 0; t < n && !zme; t++) {
+      size_t at, len;
+      plan_send(pl, t, &at, &len);
+      if (t != me && len > off) memcpy(stage + (size_t)t * L, send + at + off, len - off < L ? len - off : L);
+    }
+    shm_post(s);
+    /* This rank's own block while the peers stage their first pieces. */
+    if (j == 0 && send != recv && rl0) memcpy(recv + ro0, send + so0, rl0);
+    if (j == 0 && check &&
+        ((st = shm_wait_all(c, s, key, what)) || (st = check_posts(c, s)) || (st = zc_gather(c, s, key, zme, zsrc, &nzc))))
+      break;
+    if (nzc == n) {
+      /* Every buffer is braid memory: each rank copies its whole blocks out
+         in place, and one more post ends the call. */
+      for (int i = 1; i < n; i++) {
+        int q = (me + i) % n;
+        shm_copy_out(recv + (size_t)q * pl->uni, zsrc[q] + (size_t)me * pl->uni, pl->uni, most);
+      }
+      shm_post(s);
+      break;
+    }
+    for (int i = 1; i < n && !st; i++) {
+      int q = (me + i) % n; /* spread the readers over the sources */
+      size_t at, len;
+      plan_recv(pl, q, &at, &len);
+      if (len <= off) continue;
+      if ((st = wait_flag(c, s, q, base + 2 * j + 1, what))) break;
+      const char *from = zsrc[q] ? zsrc[q] + (size_t)me * pl->uni + off : staging_of(s, q) + so + (size_t)me * L;
+      shm_copy_out(recv + at + off, from, len - off < L ? len - off : L, most);
+    }
+    if (!st) shm_post(s);
   }
   SRCS_FREE;
-  if (st) return st;
-  shm_post(s);
-  if ((st = shm_wait_all(c, s, s->ph, "the end of braid_all_to_all"))) return st;
-  if (inplace)
-    for (int q = 0; q < s->n; q++)
-      if (q != s->me) memcpy(recv + (size_t)q * bytes, land + (size_t)q * bytes, bytes);
-  return BRAID_OK;
+  return st ? st : shm_wait_all(c, s, s->ph, what);
 }
 
 /* In place (send == recv) works too: this rank's blocks went into its slot
@@ -1112,7 +1164,10 @@ braid_status shm_all_to_all(braid_comm *c, const void *vsend, void *vrecv, size_
   size_t bytes = count * braid_dtype_size(dt), total = bytes * (size_t)s->n;
   const char *send = vsend;
   char *recv = vrecv;
-  if (s->n > 1 && total > SHM_SLOT_DATA) return a2a_direct(c, s, send, recv, bytes);
+  if (s->n > 1 && total > SHM_SLOT_DATA) {
+    a2a_plan pl = {NULL, NULL, NULL, NULL, 1, bytes};
+    return a2a_staged(c, s, send, recv, &pl, bytes, 1, "its part of braid_all_to_all");
+  }
   int p = 0;
   braid_status st = s->n == 1 ? BRAID_OK : flat_exchange(c, s, send, total, &p, "its input to braid_all_to_all");
   if (st) return st;
@@ -1166,8 +1221,9 @@ static braid_status a2av_check(braid_comm *c, shm_state *s, int p, const size_t 
    the header of a rank whose blocks did not fit carried its displacements
    and address (and its braid memory was announced under key), so each rank
    copies its block out of that rank's send buffer, or out of the slot of a
-   rank whose blocks fit; then the end barrier. In place, through scratch as
-   in a2a_direct. sd: this rank's send displacements. */
+   rank whose blocks fit; then the end barrier. In place, the incoming
+   blocks land in scratch first and overwrite the buffer only after that
+   barrier. sd: this rank's send displacements. */
 static braid_status a2av_direct(braid_comm *c, shm_state *s, int p, uint64_t key, int zme, const char *send,
                                 const size_t *sd, char *recv, const size_t *rcounts, const size_t *rdispls,
                                 braid_dtype dt) {
@@ -1280,10 +1336,22 @@ braid_status shm_all_to_allv(braid_comm *c, const void *vsend, const size_t *sco
     all_fit = 0;
     if (direct && qh[A2AV_BYTES(n)] > most) most = qh[A2AV_BYTES(n)];
   }
-  if (!all_fit)
-    return direct && most <= SHM_A2A_DIRECT_MAX
-               ? a2av_direct(c, s, p, key, zme, send, sd, recv, rcounts, rdispls, dt)
-               : BRAID__DECLINED;
+  if (!all_fit) {
+    if (direct && most <= SHM_A2A_DIRECT_MAX)
+      return a2av_direct(c, s, p, key, zme, send, sd, recv, rcounts, rdispls, dt);
+    if (head > SHM_SLOT_DATA) return BRAID__DECLINED;
+    /* Every rank's counts are in the headers: the largest block decides,
+       alike on every rank, between staged rounds and the generic exchange
+       (see shm_declines). */
+    size_t big = 0;
+    for (int q = 0; q < n; q++)
+      for (int j = 0; j < n; j++)
+        if (q != j && (size_t)a2av_head(s, q, p)[1 + j] * es > big) big = (size_t)a2av_head(s, q, p)[1 + j] * es;
+    if (big <= SHM_EAGER_MAX) return BRAID__DECLINED;
+    if ((st = a2av_check(c, s, p, rcounts, dt))) return st;
+    a2a_plan pl = {sc, sd, rcounts, rdispls, es, 0};
+    return a2a_staged(c, s, send, recv, &pl, big, 0, "its part of braid_all_to_allv");
+  }
   if ((st = a2av_check(c, s, p, rcounts, dt))) return st;
   for (int q = 0; q < n; q++) {
     if (!rcounts[q]) continue;
@@ -1297,7 +1365,8 @@ braid_status shm_all_to_allv(braid_comm *c, const void *vsend, const size_t *sco
 }
 
 /* Which calls shm leaves to the generic algorithms: gathers, scatters and
-   all-to-alls too large for the slots or the ring, and mid-size 2-rank
+   all-to-alls too large for the slots or the ring (with single copy) or
+   with small blocks (without), and mid-size 2-rank
    all-gathers when pipes carry the messages (one copy, against two through
    staging; docs/SHM.md has the measured range). bytes is per rank's
    block. */
@@ -1307,7 +1376,9 @@ int shm_declines(const braid_comm *c, braid__coll_kind kind, size_t bytes) {
     case BRAID__COLL_GATHER: return bytes > SHM_SLOT_DATA;
     case BRAID__COLL_SCATTER: return bytes > SHM_SLOT_DATA / (size_t)s->n;
     case BRAID__COLL_ALL_TO_ALL:
-      return bytes > SHM_SLOT_DATA / (size_t)s->n && !(s->cma && bytes * (size_t)s->n <= SHM_A2A_DIRECT_MAX);
+      /* Without single copy, blocks that go eagerly are exchanged faster
+         than staged rounds, whose barriers they do not wait for. */
+      return bytes > SHM_SLOT_DATA / (size_t)s->n && bytes <= SHM_EAGER_MAX;
     case BRAID__COLL_ALL_GATHER:
       return s->splice && s->n == 2 && bytes >= SHM_SPLICE_AG_MIN && bytes <= SHM_SPLICE_AG_MAX;
     default: return 0;

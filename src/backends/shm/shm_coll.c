@@ -1065,6 +1065,11 @@ braid_status shm_scatter(braid_comm *c, const void *vsend, void *recv, size_t co
   return ring_from_root(c, s, send, bytes * (size_t)s->n, recv, mine, bytes, root, "the root's data in braid_scatter");
 }
 
+/* The largest piece per block a staged round can take, 0 when staging
+   cannot hold two rounds of one cache line per rank (thousands of ranks):
+   those calls stay with the generic exchange. */
+static size_t a2a_piece_max(const shm_state *s) { return s->staging / 2 / (size_t)s->n / SHM_CL * SHM_CL; }
+
 /* Where an all-to-all(v) block lies: with counts (elements, times es), or
    uniform blocks of `uni` bytes at q * uni. */
 typedef struct {
@@ -1102,14 +1107,14 @@ static braid_status a2a_staged(braid_comm *c, shm_state *s, const char *send, ch
   braid_status st = staging_quiesce(c, s);
   if (st) return st;
   const int n = s->n, me = s->me;
-  /* Pieces of at least 64 KiB where staging holds two rounds of them
-     (smaller ones pipeline badly between cores; see stream_chunk). */
-  size_t R = stream_chunk(s, most * (size_t)n), L = R / (size_t)n / SHM_CL * SHM_CL;
-  if (L < ((size_t)64 << 10) && ((size_t)64 << 10) * (size_t)n * 2 <= s->staging) L = (size_t)64 << 10;
-  if (L < SHM_CL) L = SHM_CL;
-  if (L > most) L = round_up(most, SHM_CL);
-  R = L * (size_t)n;
-  size_t K = s->staging / R; /* at least 2 */
+  /* Pieces of at least 64 KiB (smaller ones pipeline badly between cores;
+     see stream_chunk), at most what lets staging hold two rounds
+     (a2a_piece_max). */
+  size_t cap = a2a_piece_max(s), L = stream_chunk(s, most * (size_t)n) / (size_t)n / SHM_CL * SHM_CL;
+  if (L < ((size_t)64 << 10)) L = (size_t)64 << 10;
+  if (L > cap) L = cap;
+  if (round_up(most, SHM_CL) < L) L = round_up(most, SHM_CL);
+  size_t R = L * (size_t)n, K = s->staging / R; /* at least 2 */
   uint64_t base = s->ph, key = base + 1;
   int zme = check && pl->uni && send != recv && shm_zc_announce(s, send, pl->uni * (size_t)n, key), nzc = 0;
   SRCS_DECL;
@@ -1347,7 +1352,7 @@ braid_status shm_all_to_allv(braid_comm *c, const void *vsend, const size_t *sco
     for (int q = 0; q < n; q++)
       for (int j = 0; j < n; j++)
         if (q != j && (size_t)a2av_head(s, q, p)[1 + j] * es > big) big = (size_t)a2av_head(s, q, p)[1 + j] * es;
-    if (big <= SHM_EAGER_MAX) return BRAID__DECLINED;
+    if (big <= SHM_EAGER_MAX || !a2a_piece_max(s)) return BRAID__DECLINED;
     if ((st = a2av_check(c, s, p, rcounts, dt))) return st;
     a2a_plan pl = {sc, sd, rcounts, rdispls, es, 0};
     return a2a_staged(c, s, send, recv, &pl, big, 0, "its part of braid_all_to_allv");
@@ -1378,7 +1383,7 @@ int shm_declines(const braid_comm *c, braid__coll_kind kind, size_t bytes) {
     case BRAID__COLL_ALL_TO_ALL:
       /* Without single copy, blocks that go eagerly are exchanged faster
          than staged rounds, whose barriers they do not wait for. */
-      return bytes > SHM_SLOT_DATA / (size_t)s->n && bytes <= SHM_EAGER_MAX;
+      return bytes > SHM_SLOT_DATA / (size_t)s->n && (bytes <= SHM_EAGER_MAX || !a2a_piece_max(s));
     case BRAID__COLL_ALL_GATHER:
       return s->splice && s->n == 2 && bytes >= SHM_SPLICE_AG_MIN && bytes <= SHM_SPLICE_AG_MAX;
     default: return 0;

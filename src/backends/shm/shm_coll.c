@@ -1087,14 +1087,15 @@ static void plan_recv(const a2a_plan *pl, int q, size_t *off, size_t *len) {
   *len = pl->uni ? pl->uni : pl->rc[q] * pl->es;
 }
 
-/* All-to-all(v) without single copy: rounds through staging. In round j
+/* All-to-all(v) through staging, in rounds. In round j
    every rank copies piece j (L bytes at j * L) of each block it sends into
    its staging (the piece for rank t at t * L of the round's space), posts,
    copies piece j of its own blocks out of every peer's staging, and posts
    again; a round's space is rewritten only after every rank posted it
    copied, and the last round's second post is the end barrier. Two copies,
-   no system call, every rank copying at once (the generic pairwise
-   exchange paid handshakes and a system call per message). In place works:
+   no system call, every rank copying at once (single copy paid a
+   process_vm_readv per peer, the generic pairwise exchange a handshake and
+   a system call per message: docs/PERFORMANCE.md). In place works:
    piece j of every block is staged before piece j of any is overwritten.
    most: the largest block of any rank, the same on every rank. check: the
    first post carries the call check (else the caller checked already) and

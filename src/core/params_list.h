@@ -87,8 +87,8 @@
     "shm backend: 1 pairs wake-ups with membarrier when the kernel allows it (no fence per send), 0 fences both "     \
     "sides")                                                                                                          \
   X(TCP_NSOCKS, "BRAID_TCP_NSOCKS", INT, "2",                                                                         \
-    "tcp backend: sockets a rank opens to each peer on another host it sends to (1-16; one to a peer on the same "   \
-    "host); messages above BRAID_TCP_EAGER_MAX are striped over them")                                                                                              \
+    "tcp backend: sockets a rank opens to each peer on another host it sends to (1-16; one to a peer on the same "    \
+    "host); messages above BRAID_TCP_EAGER_MAX are striped over them")                                                \
   X(TCP_EAGER_MAX, "BRAID_TCP_EAGER_MAX", SIZE, "128K",                                                                 \
     "tcp backend: messages up to this many bytes are sent at once; larger ones wait for the receiver's go-ahead "     \
     "(at most 64M)")                                                                                                  \

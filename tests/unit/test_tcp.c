@@ -345,13 +345,8 @@ static int test_cts_first(void) {
 static struct sockaddr_storage ip_of(const char *host, int port) {
   struct sockaddr_storage ss;
   memset(&ss, 0, sizeof ss);
-  struct addrinfo hints, *res = NULL;
-  memset(&hints, 0, sizeof hints);
-  hints.ai_flags = AI_NUMERICHOST;
-  hints.ai_socktype = SOCK_STREAM;
-  char ps[16];
-  snprintf(ps, sizeof ps, "%d", port);
-  if (getaddrinfo(host, ps, &hints, &res) == 0 && res) memcpy(&ss, res->ai_addr, res->ai_addrlen);
+  struct addrinfo *res = NULL;
+  if (braid__sock_resolve(host, port, 1, &res) == 0 && res) memcpy(&ss, res->ai_addr, res->ai_addrlen);
   if (res) freeaddrinfo(res);
   return ss;
 }

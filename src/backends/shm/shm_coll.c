@@ -1350,9 +1350,11 @@ braid_status shm_all_to_allv(braid_comm *c, const void *vsend, const size_t *sco
        alike on every rank, between staged rounds and the generic exchange
        (see shm_declines). */
     size_t big = 0;
-    for (int q = 0; q < n; q++)
+    for (int q = 0; q < n; q++) {
+      const uint64_t *qh = a2av_head(s, q, p);
       for (int j = 0; j < n; j++)
-        if (q != j && (size_t)a2av_head(s, q, p)[1 + j] * es > big) big = (size_t)a2av_head(s, q, p)[1 + j] * es;
+        if (q != j && (size_t)qh[1 + j] * es > big) big = (size_t)qh[1 + j] * es;
+    }
     if (big <= SHM_EAGER_MAX || !a2a_piece_max(s)) return BRAID__DECLINED;
     if ((st = a2av_check(c, s, p, rcounts, dt))) return st;
     a2a_plan pl = {sc, sd, rcounts, rdispls, es, 0};
@@ -1370,9 +1372,9 @@ braid_status shm_all_to_allv(braid_comm *c, const void *vsend, const size_t *sco
   return BRAID_OK;
 }
 
-/* Which calls shm leaves to the generic algorithms: gathers, scatters and
-   all-to-alls too large for the slots or the ring (with single copy) or
-   with small blocks (without), and mid-size 2-rank
+/* Which calls shm leaves to the generic algorithms: gathers and scatters
+   too large for the slots or the ring, all-to-alls above the slots whose
+   blocks go eagerly (or that staging cannot take), and mid-size 2-rank
    all-gathers when pipes carry the messages (one copy, against two through
    staging; docs/SHM.md has the measured range). bytes is per rank's
    block. */
@@ -1382,8 +1384,8 @@ int shm_declines(const braid_comm *c, braid__coll_kind kind, size_t bytes) {
     case BRAID__COLL_GATHER: return bytes > SHM_SLOT_DATA;
     case BRAID__COLL_SCATTER: return bytes > SHM_SLOT_DATA / (size_t)s->n;
     case BRAID__COLL_ALL_TO_ALL:
-      /* Without single copy, blocks that go eagerly are exchanged faster
-         than staged rounds, whose barriers they do not wait for. */
+      /* Blocks that go eagerly are exchanged faster than staged rounds,
+         whose barriers they do not wait for. */
       return bytes > SHM_SLOT_DATA / (size_t)s->n && (bytes <= SHM_EAGER_MAX || !a2a_piece_max(s));
     case BRAID__COLL_ALL_GATHER:
       return s->splice && s->n == 2 && bytes >= SHM_SPLICE_AG_MIN && bytes <= SHM_SPLICE_AG_MAX;

@@ -256,11 +256,8 @@ braid_status tcp_listen(braid_comm *c, tcp_state *s) {
   s->lfd = l.fd;
   s->lport = l.port;
   snprintf(s->laddr, sizeof s->laddr, "%s", l.addr);
-  struct addrinfo hints, *res = NULL;
-  memset(&hints, 0, sizeof hints);
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_NUMERICHOST;
-  if (getaddrinfo(s->laddr, NULL, &hints, &res) == 0 && res && res->ai_addrlen <= sizeof s->lsa)
+  struct addrinfo *res = NULL;
+  if (braid__sock_resolve(s->laddr, s->lport, 1, &res) == 0 && res && res->ai_addrlen <= sizeof s->lsa)
     memcpy(&s->lsa, res->ai_addr, res->ai_addrlen);
   if (res) freeaddrinfo(res);
   /* Accepted sockets inherit the listener's buffer sizes (and the window

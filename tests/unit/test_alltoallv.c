@@ -18,13 +18,15 @@ static double now_s(void) {
 
 /* Elements rank i sends rank j in shape s: 0 tokens routed to experts
    (uneven, a third of the pairs empty, some of them large), 1 everything to
-   rank 0, 2 rank 1 (if any) sends and receives nothing. */
+   rank 0, 2 rank 1 (if any) sends and receives nothing, 3 every pair
+   160-320 KB (shm's staged rounds with pieces of uneven blocks). */
 static size_t count_of(int s, int i, int j, int n) {
   unsigned long long st = (unsigned long long)(s * 4099 + i * 64 + j), h = bt_rand(&st);
   switch (s) {
   case 0: return h % 3 == 0 ? 0 : h % 5 == 0 ? 100000 + (size_t)(h % 300000) : (size_t)(h % 2000);
   case 1: return j == 0 ? 50000 + (size_t)i * 1000 : 0;
-  default: return (n > 1 && (i == 1 || j == 1)) ? 0 : 3000 + (size_t)(h % 40000);
+  case 2: return (n > 1 && (i == 1 || j == 1)) ? 0 : 3000 + (size_t)(h % 40000);
+  default: return 40000 + (size_t)(h % 40000);
   }
 }
 
@@ -34,7 +36,7 @@ static int shapes_body(braid_comm *c, int rank, int n, void *arg) {
   (void)arg;
   size_t *sc = calloc(4 * (size_t)n, sizeof(size_t)), *sd = sc + n, *rc = sd + n, *rd = rc + n;
   BT_CHECK(sc != NULL, "out of memory");
-  for (int s = 0; s < 3; s++)
+  for (int s = 0; s < 4; s++)
     for (int inplace = 0; inplace < 2; inplace++) {
       if (inplace && s == 1) continue; /* in place the counts are symmetric */
       size_t st = 0, rt = 0;

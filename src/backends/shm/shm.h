@@ -35,7 +35,7 @@
 #define SHM_NT_MIN ((size_t)16 << 20)          /* transfers from this size copy out with streaming stores */
 #define SHM_BRING 64u                          /* entries of the small-broadcast ring */
 #define SHM_PREFETCH_MAX 1024u                 /* bytes of the next ring entry fetched ahead */
-#define SHM_A2A_DIRECT_MAX ((size_t)1 << 20)  /* all-to-allvs read from the peers' buffers up to this much per rank */
+#define SHM_A2A_SHARED_ROUND ((size_t)2 << 20) /* ranks sharing cores: bytes a staged all-to-all round may take */
 #define SHM_REDUCE_ROOT_MAX 4                  /* reduces above the slots on at most this many ranks: the root adds */
 #define SHM_REDUCE_RANGE ((size_t)64 << 10)    /* ... ranges of this many bytes at a time */
 #define SHM_MIN_STAGING ((size_t)64 << 10)     /* per rank: what a full /dev/shm may shrink staging to */

@@ -1110,9 +1110,12 @@ static braid_status a2a_staged(braid_comm *c, shm_state *s, const char *send, ch
   const int n = s->n, me = s->me;
   /* Pieces of at least 64 KiB (smaller ones pipeline badly between cores;
      see stream_chunk), at most what lets staging hold two rounds
-     (a2a_piece_max). */
+     (a2a_piece_max). Ranks that share cores wait for each other in every
+     round, and each such wait may cost a trip through the scheduler: there
+     rounds take up to SHM_A2A_SHARED_ROUND, fewer and larger. */
   size_t cap = a2a_piece_max(s), L = stream_chunk(s, most * (size_t)n) / (size_t)n / SHM_CL * SHM_CL;
   if (L < ((size_t)64 << 10)) L = (size_t)64 << 10;
+  if (s->oversub && L < SHM_A2A_SHARED_ROUND / (size_t)n) L = SHM_A2A_SHARED_ROUND / (size_t)n / SHM_CL * SHM_CL;
   if (L > cap) L = cap;
   if (round_up(most, SHM_CL) < L) L = round_up(most, SHM_CL);
   size_t R = L * (size_t)n, K = s->staging / R; /* at least 2 */
@@ -1189,17 +1192,12 @@ braid_status shm_all_to_all(braid_comm *c, const void *vsend, void *vrecv, size_
 }
 
 /* Rank q's all-to-allv header in its slot of parity p: total or NOFIT,
-   then its n counts; its blocks follow, or, for NOFIT, its n displacements,
-   its send buffer's address and its total bytes (A2AV_*). */
+   then its n counts; for a total, its blocks follow. */
 static const uint64_t *a2av_head(shm_state *s, int q, int p) {
   return (const uint64_t *)(const void *)slot_data(slot_of(s, q, p), SHM_SLOT_DATA);
 }
 #define A2AV_NOFIT UINT64_MAX
 #define A2AV_HEAD(n) (8 * (1 + (size_t)(n))) /* bytes before a fitting rank's blocks */
-#define A2AV_DISPL(n, j) (1 + (size_t)(n) + (size_t)(j))
-#define A2AV_ADDR(n) (1 + 2 * (size_t)(n))
-#define A2AV_BYTES(n) (2 + 2 * (size_t)(n))
-#define A2AV_WORDS(n) (3 + 2 * (size_t)(n))
 
 /* This rank's block in the slot of q, whose blocks fit: packed in rank order
    after q's header. */
@@ -1223,69 +1221,17 @@ static braid_status a2av_check(braid_comm *c, shm_state *s, int p, const size_t 
   return BRAID_OK;
 }
 
-/* All-to-allv whose blocks did not all fit the slots, with single copy:
-   the header of a rank whose blocks did not fit carried its displacements
-   and address (and its braid memory was announced under key), so each rank
-   copies its block out of that rank's send buffer, or out of the slot of a
-   rank whose blocks fit; then the end barrier. In place, the incoming
-   blocks land in scratch first and overwrite the buffer only after that
-   barrier. sd: this rank's send displacements. */
-static braid_status a2av_direct(braid_comm *c, shm_state *s, int p, uint64_t key, int zme, const char *send,
-                                const size_t *sd, char *recv, const size_t *rcounts, const size_t *rdispls,
-                                braid_dtype dt) {
-  const int n = s->n, me = s->me, inplace = (const void *)send == (void *)recv;
-  const size_t es = braid_dtype_size(dt);
-  braid_status st = a2av_check(c, s, p, rcounts, dt);
-  if (st) return st;
-  size_t need = 0; /* in place: the incoming blocks, packed */
-  for (int q = 0; q < n && inplace; q++)
-    if (q != me) need += rcounts[q] * es;
-  char *land = NULL;
-  if (need && !(land = braid__scratch(c, 0, need))) return (braid_status)atomic_load(&c->failed);
-  int nzc;
-  SRCS_DECL;
-  if ((st = zc_gather(c, s, key, zme, zsrc, &nzc))) {
-    SRCS_FREE;
-    return st;
-  }
-  if (!inplace && rcounts[me]) memcpy(recv + rdispls[me] * es, send + sd[me] * es, rcounts[me] * es);
-  size_t at = 0;
-  for (int i = 1; i < n && !st; i++) {
-    int q = (me + i) % n; /* spread the readers over the sources */
-    size_t len = rcounts[q] * es;
-    if (!len) continue;
-    const uint64_t *qh = a2av_head(s, q, p);
-    char *to = inplace ? land + at : recv + rdispls[q] * es;
-    at += len;
-    if (qh[0] != A2AV_NOFIT) {
-      memcpy(to, a2av_slot_block(s, q, p, es), len);
-      continue;
-    }
-    size_t from = (size_t)qh[A2AV_DISPL(n, me)] * es;
-    if (zsrc[q]) shm_copy_out(to, zsrc[q] + from, len, len);
-    else st = shm_cma_read(c, s, q, to, qh[A2AV_ADDR(n)] + from, len);
-  }
-  SRCS_FREE;
-  if (st) return st;
-  shm_post(s);
-  if ((st = shm_wait_all(c, s, s->ph, "the end of braid_all_to_allv"))) return st;
-  at = 0;
-  for (int i = 1; i < n && inplace; i++) {
-    int q = (me + i) % n;
-    if (rcounts[q]) memcpy(recv + rdispls[q] * es, land + at, rcounts[q] * es);
-    at += rcounts[q] * es;
-  }
-  return BRAID_OK;
-}
-
 /* All-to-allv through the slots when every rank's blocks fit in one: each
    rank publishes a header (its total, or "does not fit"), its n counts and
    its blocks packed in peer order. Only after the exchange do the ranks
    know whether all fit (their counts differ). When one does not, every rank
-   sees it; with single copy they then read each other's buffers, which the
-   header describes (a2av_direct), else every rank declines and the generic
-   algorithm runs. Counts are checked pair by pair against the receivers'
-   recv_counts. */
+   sees it, and every rank's counts are in the headers, so the largest block
+   decides alike on every rank between staged rounds and the generic
+   exchange (see shm_declines). Single copy (a process_vm_readv per peer)
+   is not used: staged rounds beat it at every size but 256-512 KiB on two
+   ranks on distant cores, where it won by less than it lost on close ones
+   (docs/PERFORMANCE.md). Counts are checked pair by pair against the
+   receivers' recv_counts. */
 braid_status shm_all_to_allv(braid_comm *c, const void *vsend, const size_t *scounts, const size_t *sdispls, void *vrecv,
                              const size_t *rcounts, const size_t *rdispls, braid_dtype dt) {
   shm_state *s = c->be;
@@ -1305,11 +1251,8 @@ braid_status shm_all_to_allv(braid_comm *c, const void *vsend, const size_t *sco
     if (sc[j] > (SHM_SLOT_DATA - head - total) / es) fits = 0;
     else total += sc[j] * es;
   }
-  /* Whether the header can describe the buffer instead (the same on every rank). */
-  const int direct = s->cma && 8 * A2AV_WORDS(n) <= SHM_SLOT_DATA;
   int p;
-  uint64_t k, key = s->ph + 1;
-  int zme = 0;
+  uint64_t k;
   char *d = slot_data(flat_slot(s, &p, &k), SHM_SLOT_DATA);
   uint64_t *hd = (uint64_t *)(void *)d;
   hd[0] = fits ? total : A2AV_NOFIT;
@@ -1321,34 +1264,14 @@ braid_status shm_all_to_allv(braid_comm *c, const void *vsend, const size_t *sco
       if (sc[j]) memcpy(at, send + sd[j] * es, sc[j] * es);
       at += sc[j] * es;
     }
-  } else if (direct) {
-    size_t extent = 0, bytes = 0;
-    for (int j = 0; j < n; j++) {
-      hd[A2AV_DISPL(n, j)] = sd[j];
-      bytes += sc[j] * es;
-      if (sc[j] && (sd[j] + sc[j]) * es > extent) extent = (sd[j] + sc[j]) * es;
-    }
-    hd[A2AV_ADDR(n)] = (uint64_t)(uintptr_t)send;
-    hd[A2AV_BYTES(n)] = bytes;
-    zme = extent && shm_zc_announce(s, send, extent, key);
   }
   braid_status st = flat_finish(c, s, k, p, "its input to braid_all_to_allv");
   if (st) return st;
   int all_fit = 1;
-  size_t most = 0; /* the largest rank's bytes, when some do not fit */
-  for (int q = 0; q < n; q++) {
-    const uint64_t *qh = a2av_head(s, q, p);
-    if (qh[0] != A2AV_NOFIT) continue;
-    all_fit = 0;
-    if (direct && qh[A2AV_BYTES(n)] > most) most = qh[A2AV_BYTES(n)];
-  }
+  for (int q = 0; q < n; q++)
+    if (a2av_head(s, q, p)[0] == A2AV_NOFIT) all_fit = 0;
   if (!all_fit) {
-    if (direct && most <= SHM_A2A_DIRECT_MAX)
-      return a2av_direct(c, s, p, key, zme, send, sd, recv, rcounts, rdispls, dt);
     if (head > SHM_SLOT_DATA) return BRAID__DECLINED;
-    /* Every rank's counts are in the headers: the largest block decides,
-       alike on every rank, between staged rounds and the generic exchange
-       (see shm_declines). */
     size_t big = 0;
     for (int q = 0; q < n; q++) {
       const uint64_t *qh = a2av_head(s, q, p);

@@ -351,6 +351,41 @@ static struct sockaddr_storage ip_of(const char *host, int port) {
   return ss;
 }
 
+/* The pool of unexpected payload buffers: a full pool makes room for a
+   class in use from the other classes, so a burst of small messages does
+   not leave later large ones to malloc and free each time. */
+static int test_ubuf_pool(void) {
+  tcp_state s;
+  memset(&s, 0, sizeof s);
+  s.ubuf_keep = (size_t)64 << 10;
+  size_t cap;
+  char *small[16];
+  for (int i = 0; i < 16; i++) {
+    small[i] = tcp_ubuf_get(&s, 4096, &cap);
+    BT_CHECK(small[i] && cap == 4096, "a 4096-byte buffer of %zu bytes", cap);
+  }
+  for (int i = 0; i < 16; i++) tcp_ubuf_put(&s, small[i], 4096);
+  BT_CHECK(s.ubuf_bytes == s.ubuf_keep, "the pool holds %zu bytes, expected %zu", s.ubuf_bytes, s.ubuf_keep);
+  /* a 32 KiB buffer evicts eight small ones and is kept */
+  char *big = tcp_ubuf_get(&s, 20000, &cap);
+  BT_CHECK(big && cap == 32768, "a 20000-byte buffer of %zu bytes", cap);
+  BT_CHECK(s.ubuf_bytes == s.ubuf_keep, "taking a new class changed the pool (%zu bytes)", s.ubuf_bytes);
+  tcp_ubuf_put(&s, big, cap);
+  BT_CHECK(s.ubuf[3] == big, "the 32 KiB buffer was not kept");
+  BT_CHECK(s.ubuf_bytes == s.ubuf_keep, "the pool holds %zu bytes after the eviction", s.ubuf_bytes);
+  int left = 0;
+  for (char *q = s.ubuf[0]; q; memcpy(&q, q, sizeof q)) left++;
+  BT_CHECK(left == 8, "%d small buffers left, expected 8", left);
+  /* a buffer larger than the whole pool is not kept, and evicts nothing */
+  char *huge = tcp_ubuf_get(&s, 100000, &cap);
+  BT_CHECK(huge && cap == 131072, "a 100000-byte buffer of %zu bytes", cap);
+  tcp_ubuf_put(&s, huge, cap);
+  BT_CHECK(s.ubuf_bytes == s.ubuf_keep, "a buffer above the pool's size changed it (%zu bytes)", s.ubuf_bytes);
+  tcp_ubuf_drain(&s);
+  BT_CHECK(s.ubuf_bytes == 0, "drained pool holds %zu bytes", s.ubuf_bytes);
+  return 0;
+}
+
 static int test_same_ip(void) {
   static const struct {
     const char *a, *b;
@@ -1284,6 +1319,7 @@ int main(int argc, char **argv) {
       {"fuzz_corpus", test_fuzz_corpus, 30},
       {"cts_first", test_cts_first, 30},
       {"same_ip", test_same_ip, 30},
+      {"ubuf_pool", test_ubuf_pool, 30},
       {"coll_small", test_coll_small, 300},
       {"coll_sizes", test_coll_sizes, 400},
       {"coll_large", test_coll_large, 400},

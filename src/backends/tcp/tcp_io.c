@@ -66,11 +66,28 @@ char *tcp_ubuf_get(tcp_state *s, size_t len, size_t *cap) {
 
 void tcp_ubuf_put(tcp_state *s, char *p, size_t cap) {
   if (!p) return;
-  if (!cap || s->ubuf_bytes + cap > s->ubuf_keep) {
+  if (!cap || cap > s->ubuf_keep) {
     free(p);
     return;
   }
   int k = ubuf_class(cap);
+  /* A full pool makes room from the other classes, smallest first: what
+     earlier traffic left there would otherwise turn away the sizes in use
+     now, and each of those would be malloc'ed and freed again (a burst of
+     small messages filled it, and 128 KiB payloads after it were 10x
+     slower: docs/TCP.md). */
+  for (int j = 0; j < TCP_UBUF_CLASSES && s->ubuf_bytes + cap > s->ubuf_keep; j++) {
+    while (j != k && s->ubuf[j] && s->ubuf_bytes + cap > s->ubuf_keep) {
+      char *q = s->ubuf[j];
+      memcpy(&s->ubuf[j], q, sizeof q);
+      s->ubuf_bytes -= (size_t)1 << (j + TCP_UBUF_MIN_SHIFT);
+      free(q);
+    }
+  }
+  if (s->ubuf_bytes + cap > s->ubuf_keep) {
+    free(p);
+    return;
+  }
   memcpy(p, &s->ubuf[k], sizeof p);
   s->ubuf[k] = p;
   s->ubuf_bytes += cap;

@@ -48,6 +48,16 @@ static int ubuf_class(size_t len) {
   return k;
 }
 
+/* A kept buffer of class k taken off its list, or NULL when none is. */
+static char *ubuf_pop(tcp_state *s, int k) {
+  char *p = s->ubuf[k];
+  if (p) {
+    memcpy(&s->ubuf[k], p, sizeof p);
+    s->ubuf_bytes -= (size_t)1 << (k + TCP_UBUF_MIN_SHIFT);
+  }
+  return p;
+}
+
 char *tcp_ubuf_get(tcp_state *s, size_t len, size_t *cap) {
   *cap = 0;
   if (len < ((size_t)1 << TCP_UBUF_MIN_SHIFT)) return malloc(len ? len : 1);
@@ -55,13 +65,8 @@ char *tcp_ubuf_get(tcp_state *s, size_t len, size_t *cap) {
   size_t sz = (size_t)1 << (k + TCP_UBUF_MIN_SHIFT);
   if (sz < len) return malloc(len); /* above every class */
   *cap = sz;
-  char *p = s->ubuf[k];
-  if (p) {
-    memcpy(&s->ubuf[k], p, sizeof p);
-    s->ubuf_bytes -= sz;
-    return p;
-  }
-  return malloc(sz);
+  char *p = ubuf_pop(s, k);
+  return p ? p : malloc(sz);
 }
 
 void tcp_ubuf_put(tcp_state *s, char *p, size_t cap) {
@@ -76,13 +81,9 @@ void tcp_ubuf_put(tcp_state *s, char *p, size_t cap) {
      now, and each of those would be malloc'ed and freed again (a burst of
      small messages filled it, and 128 KiB payloads after it were 10x
      slower: docs/TCP.md). */
-  for (int j = 0; j < TCP_UBUF_CLASSES && s->ubuf_bytes + cap > s->ubuf_keep; j++) {
-    while (j != k && s->ubuf[j] && s->ubuf_bytes + cap > s->ubuf_keep) {
-      char *q = s->ubuf[j];
-      memcpy(&s->ubuf[j], q, sizeof q);
-      s->ubuf_bytes -= (size_t)1 << (j + TCP_UBUF_MIN_SHIFT);
-      free(q);
-    }
+  for (int j = 0; j < TCP_UBUF_CLASSES && s->ubuf_bytes + cap > s->ubuf_keep;) {
+    if (j == k || !s->ubuf[j]) j++;
+    else free(ubuf_pop(s, j));
   }
   if (s->ubuf_bytes + cap > s->ubuf_keep) {
     free(p);
@@ -95,13 +96,9 @@ void tcp_ubuf_put(tcp_state *s, char *p, size_t cap) {
 
 void tcp_ubuf_drain(tcp_state *s) {
   for (int k = 0; k < TCP_UBUF_CLASSES; k++) {
-    while (s->ubuf[k]) {
-      char *p = s->ubuf[k];
-      memcpy(&s->ubuf[k], p, sizeof p);
-      free(p);
-    }
+    char *p;
+    while ((p = ubuf_pop(s, k))) free(p);
   }
-  s->ubuf_bytes = 0;
 }
 
 braid__tcp_hdr tcp_hdr(uint64_t comm, int type) {

@@ -98,6 +98,10 @@
   X(TCP_NOTSENT, "BRAID_TCP_NOTSENT", SIZE, "256K",                                                                   \
     "tcp backend: most bytes a socket to a peer on another host holds unsent in the kernel (TCP_NOTSENT_LOWAT; 0: "   \
     "no limit), so that a go-ahead for the peer's message is not queued behind this rank's data for long")          \
+  X(TCP_CONGESTION, "BRAID_TCP_CONGESTION", STRING, "auto",                                                          \
+    "tcp backend: congestion control of the sockets a rank sends on: auto (to a peer on the same host, cubic or "    \
+    "else reno where the system's default paces the sender, as bbr does; to other hosts the system's), system, or "  \
+    "an algorithm the kernel offers for every socket")                                                               \
   X(MPI_MAX_COUNT, "BRAID_MPI_MAX_COUNT", SIZE, "2147483647",                                                         \
     "mpi backend: most bytes (and elements) one MPI call carries; larger messages and collectives go in pieces")    \
   X(MPI_COLL, "BRAID_MPI_COLL", STRING, "auto",                                                                      \

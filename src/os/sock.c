@@ -362,6 +362,21 @@ int braid__sock_set_notsent_lowat(int fd, size_t bytes) {
   return setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &v, sizeof v);
 }
 
+int braid__sock_congestion(int fd, char *name, size_t len) {
+  char buf[64] = "";
+  socklen_t n = sizeof buf - 1;
+  if (!len) return 0;
+  name[0] = 0;
+  if (getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, buf, &n) != 0) return -1;
+  buf[n < sizeof buf ? n : sizeof buf - 1] = 0;
+  snprintf(name, len, "%s", buf);
+  return 0;
+}
+
+int braid__sock_set_congestion(int fd, const char *name) {
+  return setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name, (socklen_t)strlen(name));
+}
+
 int braid__sock_local_port(int fd) {
   struct sockaddr_storage ss;
   socklen_t sl = sizeof ss;

@@ -88,6 +88,11 @@ int braid__sock_same_ip(const struct sockaddr *a, const struct sockaddr *b);
 /* TCP_NOTSENT_LOWAT: bytes the kernel may hold unsent (0 leaves the
    system's default). 0 or -1 with errno. */
 int braid__sock_set_notsent_lowat(int fd, size_t bytes);
+/* TCP_CONGESTION: the socket's congestion control into name (at most len
+   bytes, terminated), and setting it. 0 or -1 with errno (ENOENT: the
+   kernel has no such algorithm; EPERM: not one this process may pick). */
+int braid__sock_congestion(int fd, char *name, size_t len);
+int braid__sock_set_congestion(int fd, const char *name);
 /* Port of an IPv4 or IPv6 address (-1 for another family), and setting it. */
 int braid__sock_addr_port(const struct sockaddr *sa);
 void braid__sock_set_port(struct sockaddr_storage *ss, int port);

@@ -3,7 +3,7 @@
    point to point of any size and order, size mismatches, dead, stopped and
    hostile peers, a CTS queued ahead of unstarted DATA, connections told
    apart by host, peers that leave first (a clean goodbye however their
-   sockets stand), a corrupt frame from an authenticated peer, IPv6, the
+   sockets stand), the congestion control of sockets on one host, a corrupt frame from an authenticated peer, IPv6, the
    secret drawn without a job token, no leaked descriptors, and 64 ranks
    starting at once. */
 #include <arpa/inet.h>
@@ -384,6 +384,80 @@ static int test_ubuf_pool(void) {
   tcp_ubuf_drain(&s);
   BT_CHECK(s.ubuf_bytes == 0, "drained pool holds %zu bytes", s.ubuf_bytes);
   return 0;
+}
+
+/* ---------------------------------------------------------------- congestion control */
+
+/* A fresh TCP socket's congestion control: what the system gives. */
+static void system_congestion(char *out, size_t len) {
+  snprintf(out, len, "?");
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd >= 0) (void)braid__sock_congestion(fd, out, len);
+  if (fd >= 0) close(fd);
+}
+
+/* The congestion control of this rank's socket to its right neighbour
+   matches what arg says: "auto" (not a pacing one, bbr, on this host; else
+   the system's), "system" (the system's) or a name. */
+static int body_congestion(braid_comm *c, int rank, int n, void *arg) {
+  const char *want = arg;
+  /* Above the eager limit: the send completes only once the receiver's
+     go-ahead came back, so its socket exists by then (a small send may
+     still be queued in the core when braid_sync returns). */
+  enum { N = 100000 };
+  static float x[N], y[N];
+  for (int i = 0; i < N; i++) x[i] = (float)(rank * N + i), y[i] = -1;
+  const int from = (rank + n - 1) % n;
+  BT_CHECK(braid_recv(c, y, N, BRAID_F32, from, 5) == BRAID_OK &&
+               braid_send(c, x, N, BRAID_F32, (rank + 1) % n, 5) == BRAID_OK && braid_sync(c) == BRAID_OK,
+           "ring exchange: %s", braid_last_error(c));
+  for (int i = 0; i < N; i++)
+    BT_CHECK(y[i] == (float)(from * N + i), "rank %d: element %d is %g", rank, i, (double)y[i]);
+  tcp_state *s = c->be;
+  tcp_conn *k = s->peers[(rank + 1) % n].out[0];
+  BT_CHECK(k && k->fd >= 0, "rank %d has no socket to its neighbour after sending to it", rank);
+  char cur[TCP_CC_LEN], sys[TCP_CC_LEN];
+  BT_CHECK(braid__sock_congestion(k->fd, cur, sizeof cur) == 0, "TCP_CONGESTION: %s", strerror(errno));
+  /* No rank leaves (closing its sockets) before every rank has looked. */
+  BT_CHECK(braid_barrier(c) == BRAID_OK, "barrier: %s", braid_last_error(c));
+  system_congestion(sys, sizeof sys);
+  if (!strcmp(want, "auto")) {
+    if (!strncmp(sys, "bbr", 3))
+      BT_CHECK(!strcmp(cur, "cubic") || !strcmp(cur, "reno"), "auto with system %s on loopback: %s", sys, cur);
+    else
+      BT_CHECK(!strcmp(cur, sys), "auto with system %s on loopback changed it to %s", sys, cur);
+  } else {
+    BT_CHECK(!strcmp(cur, strcmp(want, "system") ? want : sys), "BRAID_TCP_CONGESTION=%s: the socket runs %s", want,
+             cur);
+  }
+  return 0;
+}
+
+static int body_congestion_refused(braid_comm *unused, int rank, int n, void *arg) {
+  (void)unused, (void)rank, (void)n, (void)arg;
+  braid_comm *c = NULL;
+  BT_CHECK(braid_init(NULL, &c) == BRAID_ERR_INVALID_ARG, "init with BRAID_TCP_CONGESTION=no-such-cc succeeded");
+  const char *e = braid_last_error(NULL);
+  BT_CHECK(strstr(e, "BRAID_TCP_CONGESTION=\"no-such-cc\"") && strstr(e, "refused"), "sentence: %s", e);
+  return 0;
+}
+
+static int test_congestion(void) {
+  /* The rule alone: only a pacing algorithm on this host is replaced. */
+  BT_CHECK(!strcmp(tcp_congestion_want(TCP_CC_AUTO, "", 1, "bbr"), "cubic"), "auto, local, bbr");
+  BT_CHECK(!tcp_congestion_want(TCP_CC_AUTO, "", 0, "bbr"), "auto, another host, bbr");
+  BT_CHECK(!tcp_congestion_want(TCP_CC_AUTO, "", 1, "cubic"), "auto, local, cubic");
+  BT_CHECK(!tcp_congestion_want(TCP_CC_SYSTEM, "", 1, "bbr"), "system, local, bbr");
+  BT_CHECK(!strcmp(tcp_congestion_want(TCP_CC_NAMED, "reno", 0, "bbr"), "reno"), "named, another host");
+  BT_CHECK(!tcp_congestion_want(TCP_CC_NAMED, "reno", 1, "reno"), "named, already");
+  /* On sockets: every kernel has reno and lets every process pick it. */
+  const char *const reno[] = {"BRAID_TCP_CONGESTION=reno", NULL}, *const sys[] = {"BRAID_TCP_CONGESTION=system", NULL};
+  if (run(2, body_congestion, "auto") || run_env(3, body_congestion, "reno", reno, -1, 60) ||
+      run_env(2, body_congestion, "system", sys, -1, 60))
+    return 1;
+  const char *const bad[] = {"BRAID_TCP_CONGESTION=no-such-cc", NULL};
+  bt_run_opts o = {"tcp", 2, 60, bad, -1};
+  return bt_run_ranks_manual(&o, body_congestion_refused, NULL, NULL);
 }
 
 static int test_same_ip(void) {
@@ -1320,6 +1394,7 @@ int main(int argc, char **argv) {
       {"cts_first", test_cts_first, 30},
       {"same_ip", test_same_ip, 30},
       {"ubuf_pool", test_ubuf_pool, 30},
+      {"congestion", test_congestion, 120},
       {"coll_small", test_coll_small, 300},
       {"coll_sizes", test_coll_sizes, 400},
       {"coll_large", test_coll_large, 400},

@@ -26,6 +26,7 @@ static braid_status read_params(braid_comm *c, tcp_state *s) {
   if (!st) st = braid__param_size(BRAID_P_TCP_BUFFER, 0, (size_t)1 << 30, &s->sockbuf, err, sizeof err);
   if (!st) st = braid__param_size(BRAID_P_TCP_NOTSENT, 0, (size_t)1 << 30, &s->notsent, err, sizeof err);
   if (st) return braid__fail(c, BRAID_ERR_INVALID_ARG, "%s", err);
+  if ((st = tcp_congestion_params(c, s))) return st;
   s->nsocks = (int)nsocks;
   /* Unexpected payloads kept for reuse, per communicator: about what one
      peer can have in flight towards this rank, its send buffers and ours on

@@ -122,11 +122,17 @@ typedef struct tcp_keyref tcp_keyref;
 #define TCP_UBUF_CLASSES 15   /* 4 KiB ... 64 MiB, the eager limit's range */
 #define TCP_UBUF_KEEP_MAX ((size_t)64 << 20)
 
+/* Congestion control of the sockets a rank sends on (BRAID_TCP_CONGESTION). */
+enum { TCP_CC_AUTO, TCP_CC_SYSTEM, TCP_CC_NAMED };
+#define TCP_CC_LEN 16 /* the kernel's longest name, with its terminator */
+
 typedef struct tcp_state {
   int n, me;
   int nsocks;
   size_t eager_max, sockbuf;
   size_t notsent; /* TCP_NOTSENT_LOWAT of sockets to other hosts (0: none) */
+  int cc_mode;    /* BRAID_TCP_CONGESTION: TCP_CC_AUTO, _SYSTEM or _NAMED (cc_name) */
+  char cc_name[TCP_CC_LEN];
   int ka_idle, ka_intvl, ka_cnt; /* keepalive, from BRAID_TIMEOUT */
   int epfd, evfd, lfd;           /* epoll set, abort eventfd, listener (-1 for one rank) */
   char laddr[64];
@@ -167,6 +173,12 @@ braid_status tcp_listen(braid_comm *c, tcp_state *s);
 braid_status tcp_addresses(braid_comm *c, tcp_state *s);
 braid_status tcp_key_setup(braid_comm *c, tcp_state *s);
 void tcp_key_release(tcp_state *s);
+/* BRAID_TCP_CONGESTION read and, when it names an algorithm, tried on a
+   socket (an error naming the variable when the kernel refuses it). */
+braid_status tcp_congestion_params(braid_comm *c, tcp_state *s);
+/* What a socket that sends to a peer (local: on this host) should run
+   instead of cur, its congestion control now; NULL to keep cur. */
+const char *tcp_congestion_want(int mode, const char *named, int local, const char *cur);
 /* The outgoing socket idx to q, opened (non-blocking connect) if needed. */
 braid_status tcp_out_conn(braid_comm *c, tcp_state *s, int q, int idx, tcp_conn **out);
 /* Accepts what the listener has. */

@@ -149,11 +149,10 @@ static void set_buffers(const tcp_state *s, int fd) {
 
 /* Congestion control. BBR paces the sender at the bandwidth it estimated;
    between two processes of one host there is no link to probe, and the
-   estimate it settles on after a burst that filled the receiver's window
-   held every later large message to it: a 2-rank gather with 256 KiB
-   blocks took 1.5-2x as long after smaller sizes had run, and large
-   4-rank all-reduces 1.4-2x as long as with cubic or reno
-   (docs/PERFORMANCE.md). Other hosts keep the administrator's choice. */
+   rate it settles on after a burst that filled the receiver's window
+   holds back every later large message on the socket (measured in
+   docs/PERFORMANCE.md). Sockets to other hosts keep the administrator's
+   choice, made for the network they cross. */
 static const char *const CC_MODES[] = {[TCP_CC_AUTO] = "auto", [TCP_CC_SYSTEM] = "system"};
 
 const char *tcp_congestion_want(int mode, const char *named, int local, const char *cur) {

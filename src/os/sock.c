@@ -363,13 +363,14 @@ int braid__sock_set_notsent_lowat(int fd, size_t bytes) {
 }
 
 int braid__sock_congestion(int fd, char *name, size_t len) {
-  char buf[64] = "";
-  socklen_t n = sizeof buf - 1;
   if (!len) return 0;
-  name[0] = 0;
-  if (getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, buf, &n) != 0) return -1;
-  buf[n < sizeof buf ? n : sizeof buf - 1] = 0;
-  snprintf(name, len, "%s", buf);
+  /* The kernel copies at most n bytes of the name, terminated or not. */
+  socklen_t n = (socklen_t)(len - 1);
+  if (getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name, &n) != 0) {
+    name[0] = 0;
+    return -1;
+  }
+  name[n] = 0; /* n <= len - 1: the kernel never reports more than it was given */
   return 0;
 }
 

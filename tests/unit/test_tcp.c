@@ -3,9 +3,10 @@
    point to point of any size and order, size mismatches, dead, stopped and
    hostile peers, a CTS queued ahead of unstarted DATA, connections told
    apart by host, peers that leave first (a clean goodbye however their
-   sockets stand), the congestion control of sockets on one host, a corrupt frame from an authenticated peer, IPv6, the
-   secret drawn without a job token, no leaked descriptors, and 64 ranks
-   starting at once. */
+   sockets stand), the congestion control of sockets on one host, a
+   corrupt frame from an authenticated peer, IPv6, the secret drawn
+   without a job token, no leaked descriptors, and 64 ranks starting at
+   once. */
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
@@ -392,8 +393,9 @@ static int test_ubuf_pool(void) {
 static void system_congestion(char *out, size_t len) {
   snprintf(out, len, "?");
   int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd >= 0) (void)braid__sock_congestion(fd, out, len);
-  if (fd >= 0) close(fd);
+  if (fd < 0) return;
+  (void)braid__sock_congestion(fd, out, len);
+  close(fd);
 }
 
 /* The congestion control of this rank's socket to its right neighbour

@@ -894,6 +894,7 @@ static braid_status header(braid_comm *c, tcp_state *s, tcp_conn *k) {
   if (braid__tcp_hdr_check(&k->h, &lim, why, sizeof why)) return corrupt(c, s, k, why);
   k->seq_in++;
   k->left = (size_t)k->h.len;
+  if (k->left) k->bulk = k->left >= k->rcap; /* frames without payload (RTS, CTS) keep the guess */
   k->dest = NULL;
   k->rr = NULL;
   k->ru = NULL;
@@ -951,7 +952,13 @@ static braid_status read_loop(braid_comm *c, tcp_state *s, tcp_conn *k) {
       k->rlen = avail;
       k->rpos = 0;
     }
-    size_t want = direct ? k->left : k->rcap - k->rlen;
+    /* After a payload of rbuf's size or more the next one is likely as
+       large: reading headers in small pieces lets it go straight to its
+       buffer instead of through rbuf (a second copy of up to rcap bytes,
+       which costs more than a recv). */
+    size_t want = direct                                               ? k->left
+                  : !k->in_body && k->bulk && k->rlen < TCP_HDR_READ ? TCP_HDR_READ - k->rlen
+                                                                       : k->rcap - k->rlen;
     if (direct) n = recv(k->fd, k->dest, want, 0);
     else n = recv(k->fd, k->rbuf + k->rlen, want, 0);
     if (n > 0) {

@@ -9,6 +9,10 @@
    its receive buffer, a chunk at a time whenever the socket cannot move
    bytes, the rest after the exchange. On loopback the kernel's copies run
    on the same CPUs as that local copy, so it belongs in the reference.
+   Where the socket's congestion control is a pacing one (bbr), it gets
+   cubic (reno where cubic is not offered), as braid's sockets to the same
+   host do (BRAID_TCP_CONGESTION=auto): BBR's pacing slows loopback
+   transfers, and the reference must not be slower than braid's path.
 
      tcp_xchg SIZE            (K, M, G suffixes)
      tcp_xchg --a2a SIZE */
@@ -46,6 +50,11 @@ static void tune(int fd) {
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof buf);
   setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof buf);
+  char cc[16] = "";
+  socklen_t len = sizeof cc - 1;
+  if (getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, cc, &len) == 0 && strncmp(cc, "bbr", 3) == 0 &&
+      setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, "cubic", 5) != 0)
+    setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, "reno", 4);
 }
 
 #define LOCAL_CHUNK (64u << 10)

@@ -706,8 +706,8 @@ static int body_ordered(braid_comm *c, int rank, int n, void *arg) {
 
 /* The large messages go as rendezvous (DATA frames) with a 16 KiB eager
    limit and as EAGER frames with the default one; from 64 KiB either kind
-   switches the reader to reading headers alone, and the small frames
-   behind switch it back. */
+   switches the reader to reading headers in 1 KiB pieces, and the small
+   frames behind switch it back. */
 static int test_p2p_ordered(void) {
   static const char *const small[] = {"BRAID_TCP_EAGER_MAX=16K", NULL};
   static const char *const one[] = {"BRAID_TCP_EAGER_MAX=16K", "BRAID_TCP_NSOCKS=1", NULL};

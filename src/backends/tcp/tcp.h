@@ -27,6 +27,7 @@
 #define TCP_RBUF_SMALL ((size_t)1 << 10)   /* ... of a socket in its handshake or an outgoing one */
 #define TCP_DIRECT_MIN ((size_t)16 << 10)  /* payload left from which recv() goes straight to its buffer */
 #define TCP_HDR_READ ((size_t)1 << 10)     /* recv() size for headers after a large payload */
+_Static_assert(TCP_HDR_READ > BRAID_TCP_HDR, "a header read must hold a whole header");
 #define TCP_READ_BUDGET ((size_t)8 << 20)  /* bytes one socket may read per progress pass (fairness) */
 #define TCP_DATA_DEPTH 2                   /* DATA frames queued per socket */
 #define TCP_AUTH_TIMEOUT_S 10.0            /* an accepted socket must authenticate within this */
@@ -90,7 +91,7 @@ typedef struct tcp_conn {
   char *rbuf;
   size_t rcap, rpos, rlen;
   int in_body;                       /* header read, payload in progress */
-  int bulk;                          /* the last frame's payload filled rbuf or more: read the next header alone */
+  int bulk;                          /* the last frame's payload filled rbuf or more: read headers TCP_HDR_READ at a time */
   braid__tcp_hdr h;                  /* the frame being read */
   char *dest;                        /* where the payload goes; NULL: discarded */
   size_t left;                       /* payload bytes still to read */

@@ -955,10 +955,9 @@ static braid_status read_loop(braid_comm *c, tcp_state *s, tcp_conn *k) {
     /* After a payload of rbuf's size or more the next one is likely as
        large: reading headers in small pieces lets it go straight to its
        buffer instead of through rbuf (a second copy of up to rcap bytes,
-       which costs more than a recv). */
-    size_t want = direct                                               ? k->left
-                  : !k->in_body && k->bulk && k->rlen < TCP_HDR_READ ? TCP_HDR_READ - k->rlen
-                                                                       : k->rcap - k->rlen;
+       which costs more than a recv). Outside a body rlen < HDR here. */
+    size_t cap = !k->in_body && k->bulk ? TCP_HDR_READ : k->rcap;
+    size_t want = direct ? k->left : cap - k->rlen;
     if (direct) n = recv(k->fd, k->dest, want, 0);
     else n = recv(k->fd, k->rbuf + k->rlen, want, 0);
     if (n > 0) {

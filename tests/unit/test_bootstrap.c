@@ -380,7 +380,8 @@ static int test_peek_stuck_store(void) {
   }
   kill(s.pid, SIGCONT);
   BT_CHECK(!rc, "a peek at a stopped store did not give -1");
-  BT_CHECK(worst < 0.3 + 0.2, "a peek at a stopped store took %.3f s (reply timeout 0.3 s)", worst);
+  /* Bounded by the reply timeout: the slack is for a loaded machine. */
+  BT_CHECK(worst < 0.3 + 2.0, "a peek at a stopped store took %.3f s (reply timeout 0.3 s)", worst);
   /* Once the store answers again the connection still works: late replies are skipped. */
   BT_CHECK(braid__boot_peek(b, "fail", &val, &len, 5) == 1 && len == 8 && !memcmp(val, "3 1 boom", 8),
            "peek after the store resumed: %s", braid__store_error(b->store));

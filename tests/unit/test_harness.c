@@ -61,7 +61,7 @@ static int test_crashing_rank_reported(void) {
 
 static int test_hanging_rank_killed(void) {
   bt_rank_result res[2];
-  bt_run_opts o = {NULL, 2, 0.5, NULL, 0};
+  bt_run_opts o = {NULL, 2, 3.0, NULL, 0}; /* long enough for rank 1 on a loaded machine */
   BT_CHECK(bt_run_ranks_ex(&o, body_rank0_hangs, NULL, res) == 1, "hang not reported");
   BT_CHECK(res[0].timed_out, "rank 0 should be marked timed out");
   BT_CHECK(!res[1].timed_out && res[1].code == 0, "rank 1 finished");

@@ -9,6 +9,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -479,4 +480,25 @@ int bt_dead_shm_names(int count_self) {
   }
   closedir(d);
   return n;
+}
+
+_Atomic int *bt_shared_counter(void) {
+  _Atomic int *w = mmap(NULL, sizeof *w, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (w == MAP_FAILED) return NULL;
+  atomic_init(w, 0);
+  return w;
+}
+
+void bt_shared_free(_Atomic int *w) {
+  if (w) munmap((void *)w, sizeof *w);
+}
+
+int bt_await(_Atomic int *w, int want, double timeout_s) {
+  double end = now_s() + timeout_s;
+  struct timespec tick = {0, 1000000L};
+  while (atomic_load(w) < want) {
+    if (now_s() >= end) return 0;
+    nanosleep(&tick, NULL);
+  }
+  return 1;
 }

@@ -14,6 +14,7 @@
 #ifndef BRAID_TEST_HARNESS_H
 #define BRAID_TEST_HARNESS_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -139,6 +140,17 @@ int bt_free_port(void);
    forked, has exited, or (with count_self) that this process created:
    between runs, only leaks. Other tests' ranks are not counted. */
 int bt_dead_shm_names(int count_self);
+
+/* A counter shared by the ranks a run forks (a shared anonymous mapping
+   made before they fork), starting at 0: tests order steps of different
+   ranks by it rather than by sleeps, which a loaded machine outlasts. NULL
+   if it cannot be mapped; bt_shared_free releases it after the run. */
+_Atomic int *bt_shared_counter(void);
+void bt_shared_free(_Atomic int *w);
+
+/* Waits until *w >= want, polling every millisecond, for at most timeout_s
+   seconds; 1 if it got there. Works across threads and across forks. */
+int bt_await(_Atomic int *w, int want, double timeout_s);
 
 /* Deterministic pseudo-random generator for test inputs. */
 static inline unsigned long long bt_rand(unsigned long long *state) {

@@ -4,13 +4,10 @@
    names both calls; the communicator stays failed. On every backend, on
    its native collectives and on the generic algorithms, at every size
    class (flat slots, staging, single copy). */
-#include <errno.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <sys/mman.h>
 
 #include "harness.h"
 
@@ -272,14 +269,6 @@ static int test_matching_calls_pass(void) {
    The order (root 1 writes, root 0 writes, rank 2 reads, then root 1 goes
    on) is held by a word the forked ranks share, not by sleeps: on a loaded
    machine a rank can be late by any amount. */
-static int await_step(_Atomic int *step, int want) {
-  struct timespec tick = {0, 1000000L};
-  for (int i = 0; i < 30000; i++) { /* 30 s, well inside the run's limit */
-    if (atomic_load(step) >= want) return 1;
-    nanosleep(&tick, NULL);
-  }
-  return 0;
-}
 
 static int body_two_roots(braid_comm *c, int rank, int n, void *arg) {
   (void)n;
@@ -287,12 +276,12 @@ static int body_two_roots(braid_comm *c, int rank, int n, void *arg) {
   float v[16];
   for (int i = 0; i < 16; i++) v[i] = (float)(rank * 100 + i);
   BT_CHECK_OK(braid_barrier(c), c);
-  if (rank == 0) BT_CHECK(await_step(step, 1), "root 1 never wrote the entry");
-  if (rank == 2) BT_CHECK(await_step(step, 2), "root 0 never wrote the entry");
+  if (rank == 0) BT_CHECK(bt_await(step, 1, 30), "root 1 never wrote the entry");
+  if (rank == 2) BT_CHECK(bt_await(step, 2, 30), "root 0 never wrote the entry");
   braid_status st = braid_broadcast(c, v, 16, BRAID_F32, rank == 1 ? 1 : 0);
   atomic_fetch_add(step, 1); /* a root returns once its bytes are in the entry */
   /* Nothing root 1 could learn may reach the reader first. */
-  if (rank == 1) BT_CHECK(await_step(step, 3), "the reader never returned");
+  if (rank == 1) BT_CHECK(bt_await(step, 3, 30), "the reader never returned");
   if (rank == 2) {
     BT_CHECK(st == BRAID_ERR_MISMATCH, "the reader got %s: %s", braid_status_string(st), braid_last_error(c));
     BT_CHECK_MSG(c, "braid_broadcast(root 1");
@@ -307,11 +296,10 @@ static int test_shm_two_roots(void) {
   if (!has_backend("shm")) return 0;
   static const char *const env[] = {"BRAID_TIMEOUT=60", NULL};
   bt_run_opts o = {"shm", 3, 60, env, -1};
-  _Atomic int *step = mmap(NULL, sizeof *step, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  BT_CHECK(step != MAP_FAILED, "mmap: %s", strerror(errno));
-  atomic_init(step, 0);
+  _Atomic int *step = bt_shared_counter();
+  BT_CHECK(step, "cannot map a shared counter");
   int rc = bt_run_ranks_ex(&o, body_two_roots, (void *)step, NULL);
-  munmap((void *)step, sizeof *step);
+  bt_shared_free(step);
   return rc;
 }
 

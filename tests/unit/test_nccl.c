@@ -17,7 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -1181,10 +1180,7 @@ static int body_hier_killed(braid_comm *unused, int rank, int n, void *arg_) {
   if (rank != n - 1) {
     atomic_fetch_add(arg->synced, 1);
   } else {
-    for (int i = 0; i < 30000 && atomic_load(arg->synced) < n - 1; i++) {
-      struct timespec ms = {0, 1000 * 1000};
-      nanosleep(&ms, NULL);
-    }
+    (void)bt_await(arg->synced, n - 1, 30);
     raise(SIGKILL);
   }
   braid_status st = braid_all_gather(c, sd, rd, cnt, BRAID_F32);
@@ -1201,12 +1197,11 @@ static int test_hier_killed(void) {
   bt_rank_result res[4];
   const char *env[] = {env_nccl, env_cudart, "BRAID_TIMEOUT=60", "BRAID_HIER_INTRA=nccl", NULL};
   bt_run_opts o = {"nccl", 4, 60, env, 3};
-  _Atomic int *synced = mmap(NULL, sizeof *synced, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  BT_CHECK(synced != MAP_FAILED, "mmap: %s", strerror(errno));
-  atomic_init(synced, 0);
+  _Atomic int *synced = bt_shared_counter();
+  BT_CHECK(synced, "cannot map a shared counter");
   hk_arg arg = {"aabb", synced};
   bt_run_ranks_manual(&o, body_hier_killed, &arg, res);
-  munmap((void *)synced, sizeof *synced);
+  bt_shared_free(synced);
   for (int r = 0; r < 3; r++) BT_CHECK(res[r].exited && res[r].code == 0, "rank %d failed", r);
   return 0;
 }

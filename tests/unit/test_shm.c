@@ -6,12 +6,10 @@
 #include <fcntl.h>
 #include <math.h>
 #include <signal.h>
-#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
@@ -1028,7 +1026,7 @@ static int body_timeout(braid_comm *c, int rank, int n, void *arg) {
        enters only after rank 0's wait ran out (a word both share, not a
        sleep: on a loaded machine rank 0 can start late), so its own
        barrier cannot run out first. */
-    for (int i = 0; i < 10000 && !atomic_load(timed_out); i++) usleep(1000);
+    (void)bt_await(timed_out, 1, 10);
     braid_status st = braid_barrier(c);
     BT_CHECK(st == BRAID_ERR_PEER_LOST || st == BRAID_ERR_TIMEOUT, "barrier: %s", braid_status_string(st));
   }
@@ -1037,11 +1035,10 @@ static int body_timeout(braid_comm *c, int rank, int n, void *arg) {
 
 static int test_timeout(void) {
   static const char *const env[] = {"BRAID_TIMEOUT=0.5", NULL};
-  _Atomic int *timed_out = mmap(NULL, sizeof *timed_out, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  BT_CHECK(timed_out != MAP_FAILED, "mmap: %s", strerror(errno));
-  atomic_init(timed_out, 0);
+  _Atomic int *timed_out = bt_shared_counter();
+  BT_CHECK(timed_out, "cannot map a shared counter");
   int rc = run_env(2, body_timeout, (void *)timed_out, env, -1, 30);
-  munmap((void *)timed_out, sizeof *timed_out);
+  bt_shared_free(timed_out);
   return rc;
 }
 

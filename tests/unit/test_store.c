@@ -8,7 +8,6 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -302,7 +301,7 @@ typedef struct getter {
   char val[64];
   char err[512];
   double elapsed;
-  _Atomic int asking; /* set just before the get: the test acts only after it */
+  _Atomic int asking; /* set just before the get: a thread can start late, and the test acts only after it */
 } getter;
 
 static void *get_worker(void *p) {
@@ -327,13 +326,6 @@ static void *get_worker(void *p) {
   return NULL;
 }
 
-/* Waits (10 s at most) until the worker is about to ask: a thread can start
-   or connect late on a loaded machine, and the test must not act first. */
-static int await_asking(getter *g) {
-  for (int i = 0; i < 10000 && !atomic_load(&g->asking); i++) braid__sleep(0.001);
-  return atomic_load(&g->asking);
-}
-
 static int test_blocking_get(void) {
   braid__store_server *srv = start_server(TOKEN_A);
   BT_CHECK(srv, "server");
@@ -341,7 +333,7 @@ static int test_blocking_get(void) {
   getter g = {port, "later", 10, BRAID_ERR_INTERNAL, "", "", 0, 0};
   pthread_t t;
   BT_CHECK(pthread_create(&t, NULL, get_worker, &g) == 0, "pthread_create");
-  BT_CHECK(await_asking(&g), "the getter never connected: %s", g.err);
+  BT_CHECK(bt_await(&g.asking, 1, 10), "the getter never connected: %s", g.err);
   braid__sleep(0.3);
   braid__store *st = connect_to(port, TOKEN_A);
   BT_CHECK(st, "connect");
@@ -1150,7 +1142,7 @@ static int test_stop_while_blocked(void) {
   getter g = {braid__store_server_port(srv), "never", INFINITY, BRAID_ERR_INTERNAL, "", "", 0, 0};
   pthread_t t;
   BT_CHECK(pthread_create(&t, NULL, get_worker, &g) == 0, "pthread_create");
-  BT_CHECK(await_asking(&g), "the getter never connected: %s", g.err);
+  BT_CHECK(bt_await(&g.asking, 1, 10), "the getter never connected: %s", g.err);
   braid__sleep(0.3);
   double t0 = braid__now();
   braid__store_server_stop(srv);

@@ -29,6 +29,31 @@ static double now_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* Tokens on a duplicate of MPI_COMM_WORLD order the ranks' steps in the
+   failure modes (the application initialized MPI there, at
+   MPI_THREAD_MULTIPLE): a rank goes on when its peer has reached a point,
+   however slow the machine, not after a sleep. */
+static void send_token(MPI_Comm sc, int dst) {
+  int t = 1;
+  MPI_Send(&t, 1, MPI_INT, dst, 0, sc);
+}
+
+static int await_token(MPI_Comm sc, int src, double limit_s) {
+  int t = 0, done = 0;
+  MPI_Request r;
+  MPI_Irecv(&t, 1, MPI_INT, src, 0, sc, &r);
+  double t0 = now_s();
+  const struct timespec ms = {0, 1000000};
+  while (MPI_Test(&r, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done && now_s() - t0 < limit_s)
+    nanosleep(&ms, NULL);
+  if (!done) {
+    MPI_Cancel(&r);
+    MPI_Wait(&r, MPI_STATUS_IGNORE);
+  }
+  BT_CHECK(done, "no word from rank %d in %.0f s", src, limit_s);
+  return 0;
+}
+
 static int open_comm(braid_comm **c, double timeout_s, const MPI_Comm *mc) {
   braid_config cfg = BRAID_CONFIG_INIT;
   cfg.backend = "mpi";
@@ -430,6 +455,8 @@ static int mode_coll(void) {
 static int mode_timeout(void) {
   braid_comm *c;
   const double tmo = 2.0;
+  MPI_Comm sc;
+  MPI_Comm_dup(MPI_COMM_WORLD, &sc);
   if (open_comm(&c, tmo, NULL)) return 1;
   int rank = braid_rank(c), n = braid_world_size(c);
   if (n < 2) return braid_destroy(c) != BRAID_OK;
@@ -438,7 +465,9 @@ static int mode_timeout(void) {
   BT_CHECK_OK(braid_sync(c), c);
   v = 1;
   if (rank == n - 1) {
-    sleep(4);
+    /* Enters only after every other rank has given up on it. */
+    for (int r = 0; r < n - 1; r++)
+      if (await_token(sc, r, 60)) return 1;
     double t0 = now_s();
     braid_status st = braid_all_reduce(c, &v, 1, BRAID_I32, BRAID_SUM);
     if (st == BRAID_OK) st = braid_sync(c);
@@ -458,6 +487,7 @@ static int mode_timeout(void) {
     braid_status st = braid_all_reduce(c, &v, 1, BRAID_I32, BRAID_SUM);
     if (st == BRAID_OK) st = braid_sync(c);
     double dt = now_s() - t0;
+    send_token(sc, n - 1);
     BT_CHECK(st == BRAID_ERR_TIMEOUT || st == BRAID_ERR_PEER_LOST, "waiting rank got %s: %s",
              braid_status_string(st), braid_last_error(c));
     BT_CHECK(dt > tmo * 0.9 && dt < tmo + 1.5, "failed after %.2f s with BRAID_TIMEOUT %g", dt, tmo);
@@ -475,6 +505,7 @@ static int mode_timeout(void) {
            braid_status_string(st));
   BT_CHECK(dt < tmo + 1.5, "receive failed after %.2f s", dt);
   braid_destroy(c);
+  MPI_Comm_free(&sc);
   return 0;
 }
 
@@ -484,6 +515,8 @@ static int mode_timeout(void) {
    to rank 0. The next communicator must start and work on every rank. */
 static int mode_late(void) {
   braid_comm *c;
+  MPI_Comm sc;
+  MPI_Comm_dup(MPI_COMM_WORLD, &sc);
   if (open_comm(&c, 1.0, NULL)) return 1;
   int rank = braid_rank(c), n = braid_world_size(c);
   if (n < 3) return braid_destroy(c) != BRAID_OK;
@@ -493,16 +526,20 @@ static int mode_late(void) {
   BT_CHECK_OK(braid_sync(c), c);
   braid_status st = BRAID_OK;
   if (rank == 0) {
-    sleep(1); /* its deadline 1 s after rank 1's: it is told, not timed out */
+    /* Waits only once rank 1 has timed out and told the others: it is
+       told, not timed out itself. */
+    if (await_token(sc, 1, 60)) return 1;
     st = braid_recv(c, &x, 1, BRAID_I32, 2, 9);
     if (st == BRAID_OK) st = braid_sync(c);
     BT_CHECK(st == BRAID_ERR_PEER_LOST, "rank 0 got %s: %s", braid_status_string(st), braid_last_error(c));
   } else if (rank == 1) {
     st = braid_recv(c, &x, 1, BRAID_I32, 2, 9);
     if (st == BRAID_OK) st = braid_sync(c);
+    send_token(sc, 0);
     BT_CHECK(st == BRAID_ERR_TIMEOUT, "rank 1 got %s: %s", braid_status_string(st), braid_last_error(c));
   } else if (rank == 2) {
-    sleep(4); /* after rank 0 heard of the failure (at about 1 s) and destroyed */
+    /* Sends only after rank 0 heard of the failure and destroyed. */
+    if (await_token(sc, 0, 60)) return 1;
     x = 42;
     /* A small send completes once MPI has it, notice read or not; a
        failure can only be the one rank 1 announced. */
@@ -512,6 +549,8 @@ static int mode_late(void) {
              braid_last_error(c));
   }
   braid_destroy(c);
+  if (rank == 0) send_token(sc, 2);
+  MPI_Comm_free(&sc);
   if (open_comm(&c, 30, NULL)) return 1;
   int v = rank + 1;
   BT_CHECK_OK(braid_all_reduce(c, &v, 1, BRAID_I32, BRAID_SUM), c);

@@ -60,6 +60,10 @@ static int loop(braid_comm *c, double seconds) {
   while (now_s() - t0 < seconds) {
     braid_status st = braid_all_reduce(c, x, cnt, BRAID_F32, BRAID_SUM);
     if (st == BRAID_OK) {
+      if (last_ok == t0) { /* the test may now cut a link */
+        printf("netcheck: rank %d: looping\n", braid_rank(c));
+        fflush(stdout);
+      }
       last_ok = now_s();
       continue;
     }

@@ -602,7 +602,7 @@ static void *hammer(void *p) {
       h->ok = 0;
       break;
     }
-    h->rounds++;
+    __atomic_fetch_add(&h->rounds, 1, __ATOMIC_RELAXED);
   }
   braid__store_close(st);
   return NULL;
@@ -653,7 +653,13 @@ static int test_wrong_token(void) {
   char want[128];
   snprintf(want, sizeof want, "store at 127.0.0.1:%d refused the job token (wrong BRAID_TOKEN?)", port);
   BT_CHECK(strstr(err, want), "message: %s", err);
-  braid__sleep(0.1);
+  /* Every right-token client has had time for a round, however loaded the machine. */
+  for (double end = braid__now() + 10; braid__now() < end;) {
+    int all = 1;
+    for (int i = 0; i < N; i++) all &= __atomic_load_n(&h[i].rounds, __ATOMIC_RELAXED) > 0;
+    if (all) break;
+    braid__sleep(0.01);
+  }
   __atomic_store_n(&stop, 1, __ATOMIC_RELEASE);
   int64_t total = 0;
   for (int i = 0; i < N; i++) {

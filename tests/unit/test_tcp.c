@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -1156,6 +1157,208 @@ static int test_corrupt_frame(void) {
   return 0;
 }
 
+/* An authenticated peer's own socket to rank 0 (index idx of rank 1's set),
+   handshake done with the communicator's key; -1 on failure. */
+static int hostile_conn(braid_comm *c, int idx) {
+  tcp_state *s = c->be;
+  tcp_peer *p = &s->peers[0];
+  int fd = socket(p->sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0 || connect(fd, (struct sockaddr *)&p->sa, p->salen) != 0) return -1;
+  braid__tcp_hello m = {1, 0, (uint32_t)idx, 0, {0}};
+  for (int i = 0; i < BRAID_TCP_NONCE; i++) m.nonce[i] = (uint8_t)(i * 7 + idx);
+  uint8_t b[BRAID_TCP_HDR + BRAID_TCP_HELLO_LEN + BRAID_TCP_ACK_LEN];
+  braid__tcp_hdr h = tcp_hdr(c->id, BRAID_TCP_HELLO);
+  h.len = BRAID_TCP_HELLO_LEN;
+  braid__tcp_hdr_encode(&h, b);
+  braid__tcp_hello_encode(&m, b + BRAID_TCP_HDR);
+  if (write_all(fd, b, BRAID_TCP_HDR + BRAID_TCP_HELLO_LEN) || read_full(fd, b, BRAID_TCP_HDR + BRAID_TCP_ACK_LEN, 5))
+    return -1;
+  uint8_t mac[32];
+  if (braid__tcp_mac(s->key, TCP_KEY_LEN, 0, c->id, 1, 0, (uint32_t)idx, m.nonce, b + BRAID_TCP_HDR, mac)) return -1;
+  h = tcp_hdr(c->id, BRAID_TCP_AUTH);
+  h.seq = 1;
+  h.len = BRAID_TCP_AUTH_LEN;
+  braid__tcp_hdr_encode(&h, b);
+  memcpy(b + BRAID_TCP_HDR, mac, 32);
+  return write_all(fd, b, BRAID_TCP_HDR + BRAID_TCP_AUTH_LEN) ? -1 : fd;
+}
+
+static int send_frame(int fd, braid__tcp_hdr *h, const void *payload, size_t len) {
+  uint8_t b[BRAID_TCP_HDR];
+  braid__tcp_hdr_encode(h, b);
+  return write_all(fd, b, sizeof b) || (len && write_all(fd, payload, len));
+}
+
+/* DATA frames of a rendezvous message that its sender would never cut that
+   way: a piece twice (which would once complete the receive with a piece
+   never written, or write into the buffer after the receive had returned),
+   a piece that starts off the pieces' grid, a piece cut short. The receive
+   fails naming the frame, and its buffer is not written once it returned. */
+typedef struct data_case {
+  const char *name;
+  uint64_t off[2], len[2]; /* two DATA frames */
+  const char *want;
+} data_case;
+
+#define HOSTILE_BYTES (2 * TCP_CHUNK + 100)
+
+static int body_hostile_data(braid_comm *c, int rank, int n, void *arg) {
+  (void)n;
+  const data_case *k = arg;
+  int32_t x = 0;
+  BT_CHECK_OK(braid_all_reduce(c, &x, 1, BRAID_I32, BRAID_SUM), c);
+  if (rank == 0) {
+    unsigned char *buf = malloc(HOSTILE_BYTES), *seen = malloc(HOSTILE_BYTES);
+    BT_CHECK(buf && seen, "out of memory");
+    memset(buf, 0x11, HOSTILE_BYTES);
+    BT_CHECK_OK(braid_recv(c, buf, HOSTILE_BYTES, BRAID_U8, 1, 5), c);
+    braid_status st = braid_sync(c);
+    BT_CHECK(st == BRAID_ERR_PEER_LOST, "%s: got %s: %s", k->name, braid_status_string(st), braid_last_error(c));
+    BT_CHECK_MSG(c, "rank 1 (");
+    BT_CHECK_MSG(c, "sent a corrupt frame");
+    BT_CHECK_MSG(c, k->want);
+    memcpy(seen, buf, HOSTILE_BYTES);
+    usleep(300000); /* rank 1 writes on */
+    BT_CHECK(!memcmp(seen, buf, HOSTILE_BYTES), "%s: the buffer changed after the receive returned", k->name);
+    free(buf);
+    free(seen);
+    return 0;
+  }
+  int fd = hostile_conn(c, 1);
+  BT_CHECK(fd >= 0, "could not join rank 0 as rank 1's socket 1");
+  braid__tcp_hdr h = tcp_hdr(c->id, BRAID_TCP_RTS);
+  h.seq = 2;
+  h.tag = 5;
+  h.count = HOSTILE_BYTES;
+  h.dt = BRAID_U8;
+  h.msgid = 777;
+  BT_CHECK(!send_frame(fd, &h, NULL, 0), "RTS");
+  static char z[TCP_CHUNK];
+  memset(z, 'z', sizeof z);
+  for (int i = 0; i < 2; i++) {
+    h = tcp_hdr(c->id, BRAID_TCP_DATA);
+    h.seq = 3 + (uint64_t)i;
+    h.msgid = 777;
+    h.offset = k->off[i];
+    h.len = k->len[i];
+    if (send_frame(fd, &h, z, k->len[i])) break; /* rank 0 may have closed it already */
+  }
+  BT_CHECK(closed_by_peer(fd, 10), "%s: rank 0 kept the socket open", k->name);
+  close(fd);
+  _exit(0); /* its own communicator would read rank 0's go-ahead for a message it never sent */
+}
+
+static int test_hostile_data(void) {
+  static const data_case cases[] = {
+      {"a piece twice", {0, 0}, {TCP_CHUNK, TCP_CHUNK}, "offset 0 again"},
+      {"the last piece twice", {2 * TCP_CHUNK, 2 * TCP_CHUNK}, {100, 100}, "again"},
+      {"off the grid", {0, 100}, {TCP_CHUNK, TCP_CHUNK}, "offset 100 (not the start of a"},
+      {"cut short", {0, TCP_CHUNK}, {TCP_CHUNK, TCP_CHUNK / 2}, "len 262144 at offset 524288"},
+      {"past the end", {0, 3 * TCP_CHUNK}, {TCP_CHUNK, 100}, "offset 1572864"},
+  };
+  static const char *const env[] = {"BRAID_TIMEOUT=20", NULL};
+  for (size_t i = 0; i < BT_COUNT(cases); i++)
+    if (run_env(2, body_hostile_data, (void *)&cases[i], env, 1, 60)) {
+      fprintf(stderr, "hostile DATA case \"%s\" failed\n", cases[i].name);
+      return 1;
+    }
+  return 0;
+}
+
+/* A stranger that trickles bytes into rank 0's listener (reconnecting when
+   it is closed) moves no message: rank 0's wait still times out. */
+static int body_trickle(braid_comm *c, int rank, int n, void *arg) {
+  (void)n, (void)arg;
+  int32_t port = rank == 0 ? braid__tcp_test_listener(c, NULL, 0) : 0;
+  BT_CHECK_OK(braid_broadcast(c, &port, 1, BRAID_I32, 0), c);
+  _Atomic int *over = arg;
+  if (rank == 0) {
+    char v[4];
+    double t0 = now_s();
+    BT_CHECK_OK(braid_recv(c, v, 4, BRAID_U8, 1, 9), c);
+    braid_status st = braid_sync(c);
+    double dt = now_s() - t0;
+    atomic_store(over, 1);
+    BT_CHECK(st == BRAID_ERR_TIMEOUT, "got %s: %s", braid_status_string(st), braid_last_error(c));
+    BT_CHECK(dt < 2 + 2.0, "a 2 s timeout took %.1f s while a stranger trickled bytes", dt);
+    return 0;
+  }
+  uint8_t b[BRAID_TCP_HDR];
+  braid__tcp_hdr h = tcp_hdr(c->id, BRAID_TCP_HELLO);
+  h.len = BRAID_TCP_HELLO_LEN;
+  braid__tcp_hdr_encode(&h, b);
+  int fd = -1;
+  size_t at = 0;
+  for (double end = now_s() + 15; !atomic_load(over) && now_s() < end; usleep(100000)) {
+    if (fd < 0 || at == sizeof b) {
+      if (fd >= 0) close(fd);
+      fd = dial(port);
+      at = 0;
+    }
+    if (fd >= 0 && send(fd, b + at, 1, MSG_NOSIGNAL) == 1) at++;
+    else if (fd >= 0) {
+      close(fd);
+      fd = -1;
+    }
+  }
+  if (fd >= 0) close(fd);
+  BT_CHECK(atomic_load(over), "rank 0's wait did not end");
+  return 0;
+}
+
+static int test_stranger_bytes_are_no_progress(void) {
+  static const char *const env[] = {"BRAID_TIMEOUT=2", NULL};
+  _Atomic int *over = bt_shared_counter();
+  BT_CHECK(over != NULL, "no shared mapping");
+  int rc = run_env(2, body_trickle, (void *)over, env, -1, 60);
+  bt_shared_free(over);
+  return rc;
+}
+
+/* Out of descriptors when a receive takes a rendezvous message and must
+   open its first socket to the sender: the communicator fails on both
+   ranks, naming the reason (a message half taken cannot be put back). */
+static int body_no_fds(braid_comm *c, int rank, int n, void *arg) {
+  (void)n, (void)arg;
+  static char big[TCP_CHUNK];
+  char v[4] = "abc";
+  if (rank == 1) {
+    BT_CHECK_OK(braid_send(c, big, sizeof big, BRAID_U8, 0, 5), c); /* its RTS */
+    BT_CHECK_OK(braid_send(c, v, 4, BRAID_U8, 0, 7), c);
+    braid_status st = braid_sync(c);
+    BT_CHECK(st == BRAID_ERR_PEER_LOST, "rank 1 got %s: %s", braid_status_string(st), braid_last_error(c));
+    BT_CHECK_MSG(c, "rank 0 failed");
+    BT_CHECK_MSG(c, "Too many open files");
+    return 0;
+  }
+  /* The small message came after the RTS, which now waits unexpected; rank
+     0 has sent nothing to rank 1, so it has no socket to it yet. */
+  BT_CHECK_OK(braid_recv(c, v, 4, BRAID_U8, 1, 7), c);
+  BT_CHECK_OK(braid_sync(c), c);
+  struct rlimit old, lim;
+  BT_CHECK(getrlimit(RLIMIT_NOFILE, &old) == 0, "getrlimit");
+  lim = old;
+  lim.rlim_cur = 512;
+  BT_CHECK(setrlimit(RLIMIT_NOFILE, &lim) == 0, "setrlimit");
+  static int fds[1024];
+  int nf = 0;
+  while (nf < 1024 && (fds[nf] = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0) nf++;
+  braid_status st = braid_recv(c, big, sizeof big, BRAID_U8, 1, 5);
+  while (nf) close(fds[--nf]);
+  setrlimit(RLIMIT_NOFILE, &old);
+  BT_CHECK(st == BRAID_ERR_SYSTEM, "got %s: %s", braid_status_string(st), braid_last_error(c));
+  BT_CHECK_MSG(c, "socket() for a connection to rank 1 failed: Too many open files");
+  st = braid_recv(c, big, sizeof big, BRAID_U8, 1, 5);
+  BT_CHECK(st == BRAID_ERR_SYSTEM, "the retried receive got %s: %s", braid_status_string(st), braid_last_error(c));
+  BT_CHECK_MSG(c, "communicator failed earlier");
+  return 0;
+}
+
+static int test_descriptors_exhausted(void) {
+  static const char *const env[] = {"BRAID_TIMEOUT=20", NULL};
+  return run_env(2, body_no_fds, NULL, env, -1, 60);
+}
+
 /* ---------------------------------------------------------------- IPv6 */
 
 static int have_ipv6_loopback(void) {
@@ -1415,6 +1618,9 @@ int main(int argc, char **argv) {
       {"leave", test_leave, 150},
       {"strangers", test_strangers, 120},
       {"corrupt_frame", test_corrupt_frame, 200},
+      {"hostile_data", test_hostile_data, 200},
+      {"stranger_bytes_are_no_progress", test_stranger_bytes_are_no_progress, 60},
+      {"descriptors_exhausted", test_descriptors_exhausted, 60},
       {"ipv6", test_ipv6, 200},
       {"no_token", test_no_token, 200},
       {"fd_leak", test_fd_leak, 300},

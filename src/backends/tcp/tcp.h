@@ -48,6 +48,8 @@ typedef struct tcp_req {
   uint64_t msgid;
   size_t off;  /* send: bytes handed to DATA frames */
   size_t done; /* send: bytes written; receive: bytes arrived */
+  uint64_t seen1;  /* rendezvous receive: pieces whose DATA frame started, when at most 64 */
+  uint64_t *seen;  /* ... or here (allocated) for more */
   int state;
 } tcp_req;
 

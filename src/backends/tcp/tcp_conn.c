@@ -461,11 +461,15 @@ braid_status tcp_out_conn(braid_comm *c, tcp_state *s, int q, int idx, tcp_conn 
   tcp_peer *p = &s->peers[q];
   *out = p->out[idx];
   if (*out) return BRAID_OK;
-  if (!p->known) return braid__fail(c, BRAID_ERR_INTERNAL, "no tcp address for rank %d", braid__label(c, q));
+  /* Each failure here fails the communicator: the caller may have queued
+     frames for q already (a rendezvous's RTS, a receive's go-ahead), which
+     could not be taken back without a gap in the socket's sequence, and a
+     rank without a connection to q cannot keep to the protocol with it. */
+  if (!p->known) return braid__fail_comm(c, BRAID_ERR_INTERNAL, "no tcp address for rank %d", braid__label(c, q));
   int fd = socket(p->sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0)
-    return braid__fail(c, BRAID_ERR_SYSTEM, "socket() for a connection to rank %d failed: %s", braid__label(c, q),
-                       strerror(errno));
+    return braid__fail_comm(c, BRAID_ERR_SYSTEM, "socket() for a connection to rank %d failed: %s",
+                            braid__label(c, q), strerror(errno));
   set_buffers(s, fd);
   set_options(s, fd);
   set_congestion(c, s, fd, q);
@@ -480,13 +484,13 @@ braid_status tcp_out_conn(braid_comm *c, tcp_state *s, int q, int idx, tcp_conn 
   if (r != 0 && errno != EINPROGRESS) {
     int e = errno;
     close(fd);
-    return braid__fail(c, BRAID_ERR_PEER_LOST, "could not connect to rank %d at %s: %s", braid__label(c, q), p->where,
-                       strerror(e));
+    return braid__fail_comm(c, BRAID_ERR_PEER_LOST, "could not connect to rank %d at %s: %s", braid__label(c, q),
+                            p->where, strerror(e));
   }
   tcp_conn *k = conn_new(s, fd, 1, q, idx, C_CONNECTING);
   if (!k) {
     close(fd);
-    return braid__fail(c, BRAID_ERR_NO_MEMORY, "out of memory for a connection to rank %d", braid__label(c, q));
+    return braid__fail_comm(c, BRAID_ERR_NO_MEMORY, "out of memory for a connection to rank %d", braid__label(c, q));
   }
   snprintf(k->where, sizeof k->where, "%s", p->where);
   k->seq_out = 2; /* HELLO and AUTH are 0 and 1 */
@@ -517,7 +521,7 @@ braid_status tcp_connected(braid_comm *c, tcp_state *s, tcp_conn *k) {
   if (err) return tcp_conn_lost(c, s, k, err);
   braid__tcp_hello m = {(uint32_t)s->me, (uint32_t)k->peer, (uint32_t)k->idx, 0, {0}};
   if (braid__random_bytes(m.nonce, sizeof m.nonce))
-    return braid__fail(c, BRAID_ERR_SYSTEM, "could not draw a handshake nonce");
+    return braid__fail_comm(c, BRAID_ERR_SYSTEM, "could not draw a handshake nonce");
   memcpy(k->nonce_c, m.nonce, sizeof m.nonce);
   uint8_t pl[BRAID_TCP_HELLO_LEN];
   braid__tcp_hello_encode(&m, pl);

@@ -489,6 +489,13 @@ static braid_status send_cts(braid_comm *c, tcp_state *s, int q, uint64_t msgid)
   return tcp_flush(c, s, k);
 }
 
+/* A receive leaves q's list (complete, dropped or abandoned). */
+static void recv_off_list(tcp_state *s, int q, tcp_req *r) {
+  list_del(&s->peers[q].recvs, r);
+  free(r->seen);
+  r->seen = NULL;
+}
+
 /* Receive r takes q's rendezvous message msgid: it waits for the DATA on
    q's list and q is told to go ahead. */
 static braid_status start_rndv(braid_comm *c, tcp_state *s, int q, tcp_req *r, uint64_t msgid) {
@@ -500,6 +507,12 @@ static braid_status start_rndv(braid_comm *c, tcp_state *s, int q, tcp_req *r, u
       return braid__fail(c, BRAID_ERR_PEER_LOST, "%s sent a corrupt frame: msg id %llu (already in use)", name,
                          (unsigned long long)msgid);
     }
+  size_t pieces = (r->base.bytes + TCP_CHUNK - 1) / TCP_CHUNK;
+  r->seen1 = 0;
+  r->seen = pieces > 64 ? calloc((pieces + 63) / 64, sizeof *r->seen) : NULL;
+  if (pieces > 64 && !r->seen)
+    return braid__fail_comm(c, BRAID_ERR_NO_MEMORY, "out of memory for a %zu-byte message from rank %d",
+                            r->base.bytes, braid__label(c, q));
   r->msgid = msgid;
   r->state = R_DATA;
   r->done = 0;
@@ -539,7 +552,7 @@ braid_status tcp_take(braid_comm *c, braid__req *br, braid__umsg *bu) {
     return BRAID_OK;
   }
   braid_status st = start_rndv(c, s, u->base.src, r, u->msgid);
-  if (st && r->state == R_DATA) list_del(&s->peers[u->base.src].recvs, r); /* the core abandons r */
+  if (st && r->state == R_DATA) recv_off_list(s, u->base.src, r); /* the core abandons r */
   return st;
 }
 
@@ -559,7 +572,7 @@ void tcp_drop_all(braid_comm *c, tcp_state *s) {
     }
     while (p->recvs) {
       tcp_req *r = p->recvs;
-      list_del(&p->recvs, r);
+      recv_off_list(s, q, r);
       braid__req_drop(c, &r->base);
     }
     p->nstream = 0;
@@ -657,9 +670,16 @@ void tcp_goodbye(braid_comm *c, tcp_state *s, double deadline) {
      connector counts those ready once it sent its proof, which this rank
      may never read). The rest close now: the other end of a socket in its
      handshake takes its loss quietly. */
+  int failed = atomic_load(&c->failed) != 0;
   for (tcp_conn *k = s->conns; k; k = k->next) {
     if (k->state == C_CLOSED) continue;
-    if ((tcp_conn_ready(k) || k->state == C_IN_AUTH) && k->hs_done == k->hs_len) {
+    /* After a failure the caller had its requests back and may have freed
+       their buffers: a frame half written from one cannot be finished, so
+       that socket closes (its peer has the failure already, or learns it
+       from the loss). */
+    tcp_frame *h = k->qhead;
+    int stranded = failed && h && h->done && h->plen && !h->owned;
+    if (!stranded && (tcp_conn_ready(k) || k->state == C_IN_AUTH) && k->hs_done == k->hs_len) {
       queue_bye(c, s, k);
       continue;
     }
@@ -832,12 +852,24 @@ static braid_status data_begin(braid_comm *c, tcp_state *s, tcp_conn *k) {
   tcp_peer *p = &s->peers[k->peer];
   for (tcp_req *r = p->recvs; r; r = r->lnext) {
     if (r->state != R_DATA || r->msgid != k->h.msgid) continue;
-    if (k->h.offset + k->h.len > r->base.bytes)
-      return corruptf(c, s, k, "offset %llu (plus len %llu is beyond the %zu-byte message)",
-                      (unsigned long long)k->h.offset, (unsigned long long)k->h.len, r->base.bytes);
-    if (r->done + k->h.len > r->base.bytes)
-      return corruptf(c, s, k, "len %llu (more data than the %zu-byte message holds)", (unsigned long long)k->h.len,
-                      r->base.bytes);
+    /* Senders cut a message into TCP_CHUNK pieces and send each once: any
+       other cut, or a piece again, is not theirs. With each piece accepted
+       once and whole, the receive completes only after every frame it
+       accepted has ended, and nothing arrives in its buffer once it is the
+       caller's again. */
+    uint64_t off = k->h.offset, len = k->h.len;
+    if (off >= r->base.bytes || off % TCP_CHUNK)
+      return corruptf(c, s, k, "offset %llu (not the start of a %zu-byte piece of the %zu-byte message)",
+                      (unsigned long long)off, (size_t)TCP_CHUNK, r->base.bytes);
+    if (len != (r->base.bytes - off < TCP_CHUNK ? r->base.bytes - off : TCP_CHUNK))
+      return corruptf(c, s, k, "len %llu at offset %llu of the %zu-byte message", (unsigned long long)len,
+                      (unsigned long long)off, r->base.bytes);
+    size_t piece = (size_t)(off / TCP_CHUNK);
+    uint64_t *word = r->seen ? &r->seen[piece / 64] : &r->seen1, bit = (uint64_t)1 << (piece % 64);
+    if (*word & bit)
+      return corruptf(c, s, k, "offset %llu again (that piece of the %zu-byte message came already)",
+                      (unsigned long long)off, r->base.bytes);
+    *word |= bit;
     k->rr = r;
     k->dest = (char *)r->base.buf + k->h.offset;
     return BRAID_OK;
@@ -851,7 +883,7 @@ static braid_status data_done(braid_comm *c, tcp_state *s, tcp_conn *k) {
   k->rr = NULL;
   r->done += k->h.len;
   if (r->done == r->base.bytes) {
-    list_del(&s->peers[k->peer].recvs, r);
+    recv_off_list(s, k->peer, r);
     braid__req_complete(c, &r->base, BRAID_OK);
   }
   return BRAID_OK;
@@ -961,7 +993,8 @@ static braid_status read_loop(braid_comm *c, tcp_state *s, tcp_conn *k) {
     if (direct) n = recv(k->fd, k->dest, want, 0);
     else n = recv(k->fd, k->rbuf + k->rlen, want, 0);
     if (n > 0) {
-      c->moved++;
+      /* A stranger's bytes are no progress: they must not hold off a timeout. */
+      if (tcp_conn_ready(k)) c->moved++;
       drained = (size_t)n < want;
       budget = (size_t)n >= budget ? 0 : budget - (size_t)n;
       if (!direct) {

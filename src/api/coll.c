@@ -191,19 +191,26 @@ static int32_t desc_arg(const braid__coll_args *a) {
 
 braid_status braid__coll_run(braid_comm *c, const braid__coll_args *a) {
   braid_status st;
-  if (a->kind == BRAID__COLL_BARRIER) {
-    /* Implies braid_sync: this rank's operations complete first. */
-    if ((st = braid__wait_idle(c))) return st;
-    if (c->deferred) {
-      st = c->deferred;
-      c->deferred = BRAID_OK;
-      return braid__fail(c, st, "%s", c->deferred_msg);
-    }
+  const int barrier = a->kind == BRAID__COLL_BARRIER;
+  if (barrier) {
+    /* Implies braid_sync: this rank's operations complete (and are freed) first. */
+    st = braid__wait_idle(c);
+    braid__reap(c);
+    if (st) return st;
   }
   if ((st = begin(c, a->kind, a->kind == BRAID__COLL_ALL_TO_ALLV ? 0 : a->count, a->dt, desc_arg(a)))) return st;
   if (a->red.premul && !((c->ops->caps & BRAID__CAP_PREMUL) && use_native(c, a->kind, native_fn(c, a->kind))))
     return premul(c, a);
-  return dispatch(c, a, a->send, a->recv, a->dt, a->red.op, a->bytes);
+  st = dispatch(c, a, a->send, a->recv, a->dt, a->red.op, a->bytes);
+  /* A point-to-point error found earlier (not fatal) is reported as
+     braid_sync would, once the barrier is done: skipping the barrier would
+     put this rank one collective behind the others. */
+  if (barrier && !st && c->deferred) {
+    st = c->deferred;
+    c->deferred = BRAID_OK;
+    return braid__fail(c, st, "%s", c->deferred_msg);
+  }
+  return st;
 }
 
 /* Runs a checked call now, or at braid_group_end inside a group. */

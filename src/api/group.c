@@ -32,12 +32,12 @@ braid_status braid__group_queue(braid_comm *c, const braid__coll_args *a) {
   g->next = NULL;
   g->c = c;
   g->a = *a;
-  if (v) { /* in place the send arrays may be NULL */
+  if (v) { /* in place (send == recv) the send arrays are not read: NULL, or of any length */
     const size_t *src[4] = {a->recv_counts, a->recv_displs, a->send_counts, a->send_displs};
     const size_t **dst[4] = {&g->a.recv_counts, &g->a.recv_displs, &g->a.send_counts, &g->a.send_displs};
     for (int k = 0; k < 4; k++) {
       *dst[k] = NULL;
-      if (!src[k]) continue;
+      if (!src[k] || (k >= 2 && a->send == a->recv)) continue;
       memcpy(g->arrays + (size_t)k * n, src[k], n * sizeof(size_t));
       *dst[k] = g->arrays + (size_t)k * n;
     }
@@ -65,14 +65,22 @@ void braid__group_forget(braid_comm *c) {
 }
 
 braid_status braid_group_start(void) {
-  if (depth == INT32_MAX) return braid__fail(NULL, BRAID_ERR_INVALID_ARG, "braid_group_start: groups nested too deep");
+  char w[64];
+  if (depth == INT32_MAX) {
+    braid__caller(w, sizeof w);
+    return braid__fail(NULL, BRAID_ERR_INVALID_ARG, "braid_group_start: groups nested too deep (%s)", w);
+  }
   if (depth++ == 0) atomic_fetch_add_explicit(&open_groups, 1, memory_order_relaxed);
   return BRAID_OK;
 }
 
 braid_status braid_group_end(void) {
-  if (depth == 0)
-    return braid__fail(NULL, BRAID_ERR_INVALID_ARG, "braid_group_end: no group is open on this thread (braid_group_start)");
+  if (depth == 0) {
+    char w[64];
+    braid__caller(w, sizeof w);
+    return braid__fail(NULL, BRAID_ERR_INVALID_ARG,
+                       "braid_group_end: no group is open on this thread (braid_group_start) (%s)", w);
+  }
   if (--depth) return BRAID_OK;
   atomic_fetch_sub_explicit(&open_groups, 1, memory_order_relaxed);
   gcall *g = head;

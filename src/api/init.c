@@ -1,5 +1,6 @@
 /* braid_init, braid_destroy, braid_abort and the accessors. */
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,8 +33,16 @@ static braid_status read_settings(braid_comm *c, const braid_config *def) {
     return braid__fail(c, BRAID_ERR_INVALID_ARG, "%s", err);
   if (dtimeout < 0 && braid__param_seconds(BRAID_P_DESTROY_TIMEOUT, &dtimeout, err, sizeof err))
     return braid__fail(c, BRAID_ERR_INVALID_ARG, "%s", err);
-  if (!(timeout >= 0) || !(dtimeout >= 0))
-    return braid__fail(c, BRAID_ERR_INVALID_ARG, "timeouts must be finite and non-negative");
+  /* An infinite destroy timeout would let destroy hang; "forever" is 0 where it exists. */
+  if (!isfinite(timeout) || timeout < 0)
+    return braid__fail(c, BRAID_ERR_INVALID_ARG,
+                       "timeout %g (braid_config.timeout_s or BRAID_TIMEOUT) must be finite and >= 0 (0 waits forever)",
+                       timeout);
+  if (!isfinite(dtimeout) || dtimeout < 0)
+    return braid__fail(c, BRAID_ERR_INVALID_ARG,
+                       "destroy timeout %g (braid_config.destroy_timeout_s or BRAID_DESTROY_TIMEOUT) must be finite "
+                       "and >= 0",
+                       dtimeout);
   long check = 1;
   if (braid__param_int(BRAID_P_CHECK, 0, 1, &check, err, sizeof err))
     return braid__fail(c, BRAID_ERR_INVALID_ARG, "%s", err);
@@ -191,7 +200,11 @@ static void tell_unstarted(const braid__env_overrides *ov, unsigned flags, braid
 }
 
 braid_status braid_init(const braid_config *cfg, braid_comm **out) {
-  if (!out) return braid__fail(NULL, BRAID_ERR_INVALID_ARG, "braid_init: comm is NULL");
+  if (!out) {
+    char w[64];
+    braid__caller(w, sizeof w);
+    return braid__fail(NULL, BRAID_ERR_INVALID_ARG, "braid_init: comm is NULL (%s)", w);
+  }
   *out = NULL;
   braid__log_reload(); /* the application may have set BRAID_LOG* since the last init */
   braid_config def = BRAID_CONFIG_INIT;
@@ -322,10 +335,13 @@ braid_status braid_init(const braid_config *cfg, braid_comm **out) {
 braid_status braid_destroy(braid_comm *c) {
   if (!c) return braid__null_comm("braid_destroy");
   /* Checked without touching *c: after a first braid_destroy it is freed. */
-  if (!braid__live_contains(c))
+  if (!braid__live_contains(c)) {
+    char w[64];
+    braid__caller(w, sizeof w);
     return braid__fail(NULL, BRAID_ERR_INVALID_ARG,
-                       "braid_destroy: comm %p is not a live communicator of this process (destroyed already?)",
-                       (void *)c);
+                       "braid_destroy: comm %p is not a live communicator of this process (destroyed already?) (%s)",
+                       (void *)c, w);
+  }
   braid__group_forget(c);
   braid__comm_release(c, -1);
   return BRAID_OK;

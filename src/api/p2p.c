@@ -58,8 +58,7 @@ braid_status braid_recv(braid_comm *c, void *buf, size_t count, braid_dtype dt, 
   return braid__leave(c, BRAID_OK);
 }
 
-/* Frees the completed user operations. */
-static void reap(braid_comm *c) {
+void braid__reap(braid_comm *c) {
   braid__req **link = &c->pending;
   while (*link) {
     braid__req *r = *link;
@@ -79,7 +78,7 @@ braid_status braid_sync(braid_comm *c) {
   braid__trace_begin(c, BRAID__TRACE_SYNC, (uint64_t)c->npending, BRAID_U8, 0, braid__pending_peer(c));
   /* An error found earlier is reported before waiting on. */
   if (!c->deferred) st = braid__wait_idle(c);
-  reap(c);
+  braid__reap(c);
   if (st) return braid__leave(c, st);
   if (c->deferred) {
     st = c->deferred;

@@ -5,8 +5,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/dtype.h"
+#include "core/params.h"
 #include "core/tag.h"
 #include "core/trace.h"
 
@@ -172,4 +174,10 @@ void braid__comm_free(braid_comm *c) {
   pthread_mutex_destroy(&c->lock);
   pthread_mutex_destroy(&c->err_lock);
   free(c);
+}
+
+void braid__caller(char *out, size_t len) {
+  const char *r = braid__param_env(BRAID_P_RANK);
+  if (r) snprintf(out, len, "rank %s", r);
+  else snprintf(out, len, "pid %d", (int)getpid());
 }

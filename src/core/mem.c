@@ -34,12 +34,6 @@ static uint64_t next_gen;
 static _Atomic size_t live;          /* nregs, readable without the lock */
 static _Atomic uint64_t free_epoch;  /* braid_mem_free calls so far */
 
-/* Identifies the caller in messages of calls that have no communicator. */
-static void who(char *out, size_t len) {
-  const char *r = braid__param_env(BRAID_P_RANK); /* unset: the pid, not the default rank 0 */
-  if (r) snprintf(out, len, "rank %s", r);
-  else snprintf(out, len, "pid %d", (int)getpid());
-}
 
 static size_t find_index(uintptr_t p) {
   /* First region whose base is above p, minus one. */
@@ -95,14 +89,14 @@ static int insert(const region *r) {
 braid_status braid_mem_alloc(void **ptr, size_t size) {
   char w[48];
   if (!ptr) {
-    who(w, sizeof w);
+    braid__caller(w, sizeof w);
     return braid__fail(NULL, BRAID_ERR_INVALID_ARG, "braid_mem_alloc: ptr is NULL (%s)", w);
   }
   *ptr = NULL;
   long pg = sysconf(_SC_PAGESIZE);
   size_t page = pg > 0 ? (size_t)pg : 4096;
   if (size == 0 || size > SIZE_MAX - page || size > (size_t)LLONG_MAX - page) {
-    who(w, sizeof w);
+    braid__caller(w, sizeof w);
     return braid__fail(NULL, BRAID_ERR_INVALID_ARG, "braid_mem_alloc: size %zu is %s (%s)", size,
                        size == 0 ? "zero" : "too large", w);
   }
@@ -118,7 +112,7 @@ braid_status braid_mem_alloc(void **ptr, size_t size) {
     if (ftruncate(fd, (off_t)len) != 0) {
       int e = errno;
       close(fd);
-      who(w, sizeof w);
+      braid__caller(w, sizeof w);
       return braid__fail(NULL, e == ENOMEM || e == EFBIG ? BRAID_ERR_NO_MEMORY : BRAID_ERR_SYSTEM,
                          "braid_mem_alloc: sizing a %zu-byte memfd failed: %s (%s)", len, strerror(e), w);
     }
@@ -131,7 +125,7 @@ braid_status braid_mem_alloc(void **ptr, size_t size) {
   if (p == MAP_FAILED) {
     int e = errno;
     if (fd >= 0) close(fd);
-    who(w, sizeof w);
+    braid__caller(w, sizeof w);
     return braid__fail(NULL, BRAID_ERR_NO_MEMORY, "braid_mem_alloc: mapping %zu bytes failed: %s (%s)", len,
                        strerror(e), w);
   }
@@ -142,7 +136,7 @@ braid_status braid_mem_alloc(void **ptr, size_t size) {
   if (bad) {
     munmap(p, len);
     if (fd >= 0) close(fd);
-    who(w, sizeof w);
+    braid__caller(w, sizeof w);
     return braid__fail(NULL, BRAID_ERR_NO_MEMORY, "braid_mem_alloc: out of memory for the allocation table (%s)", w);
   }
   *ptr = p;
@@ -166,7 +160,7 @@ braid_status braid_mem_free(void *ptr) {
   pthread_rwlock_unlock(&reg_lock);
   if (!found) {
     char w[48];
-    who(w, sizeof w);
+    braid__caller(w, sizeof w);
     return braid__fail(NULL, BRAID_ERR_INVALID_ARG,
                        "braid_mem_free: ptr %p was not returned by braid_mem_alloc, or was freed already (%s)", ptr, w);
   }

@@ -126,6 +126,12 @@ static int test_init_errors(void) {
   cfg = (braid_config)BRAID_CONFIG_INIT;
   cfg.timeout_s = NAN;
   BT_CHECK_ST(braid_init(&cfg, &c), BRAID_ERR_INVALID_ARG, NULL);
+  BT_CHECK_MSG(NULL, "braid_config.timeout_s");
+  /* An infinite destroy timeout would let braid_destroy hang. */
+  cfg = (braid_config)BRAID_CONFIG_INIT;
+  cfg.destroy_timeout_s = INFINITY;
+  BT_CHECK_ST(braid_init(&cfg, &c), BRAID_ERR_INVALID_ARG, NULL);
+  BT_CHECK_MSG(NULL, "destroy timeout inf (braid_config.destroy_timeout_s");
   return 0;
 }
 
@@ -158,6 +164,16 @@ static int test_null_comm(void) {
   }
   /* The thread's last error names the last call. */
   BT_CHECK_MSG(NULL, "braid_sync_comm_stream: comm is NULL");
+  /* It names the caller: the launcher's rank, else the pid. */
+  char pid[32];
+  snprintf(pid, sizeof pid, "(pid %d)", (int)getpid());
+  BT_CHECK_MSG(NULL, pid);
+  setenv("BRAID_RANK", "3", 1);
+  BT_CHECK_ST(braid_barrier(NULL), BRAID_ERR_INVALID_ARG, NULL);
+  BT_CHECK_MSG(NULL, "braid_barrier: comm is NULL (rank 3)");
+  BT_CHECK_ST(braid_group_end(), BRAID_ERR_INVALID_ARG, NULL);
+  BT_CHECK_MSG(NULL, "no group is open on this thread (braid_group_start) (rank 3)");
+  unsetenv("BRAID_RANK");
   BT_CHECK(!braid_has_stream_sync(NULL), "NULL has no stream");
   return 0;
 }

@@ -9,6 +9,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/comm.h"
+#include "core/p2p.h"
 #include "harness.h"
 
 static double now_s(void) {
@@ -303,6 +305,62 @@ static int test_shm_two_roots(void) {
   return rc;
 }
 
+/* A point-to-point mismatch is not fatal: a barrier that finds it waiting
+   still takes part in the barrier, then reports it as braid_sync would;
+   the ranks stay in step and the next collective works. A barrier, like
+   braid_sync, frees the user operations it completed. */
+static int body_p2p_then_barrier(braid_comm *c, int rank, int n, void *arg) {
+  (void)arg;
+  float x[3] = {1, 2, 3};
+  int ready = 1;
+  if (rank == 1) { /* the receive is posted before the message comes: its wait finds the mismatch */
+    BT_CHECK_OK(braid_recv(c, x, 2, BRAID_F32, 0, 5), c);
+    BT_CHECK_OK(braid_send(c, &ready, 1, BRAID_I32, 0, 6), c);
+  }
+  if (rank == 0) {
+    BT_CHECK_OK(braid_recv(c, &ready, 1, BRAID_I32, 1, 6), c);
+    BT_CHECK_OK(braid_sync(c), c);
+    BT_CHECK_OK(braid_send(c, x, 3, BRAID_F32, 1, 5), c);
+  }
+  braid_status st = braid_barrier(c);
+  if (rank == 1) {
+    BT_CHECK(st == BRAID_ERR_MISMATCH, "rank 1's barrier got %s: %s", braid_status_string(st), braid_last_error(c));
+    BT_CHECK_MSG(c, "tag 5 has 3 elements");
+  } else {
+    BT_CHECK(st == BRAID_OK, "rank %d's barrier got %s: %s", rank, braid_status_string(st), braid_last_error(c));
+  }
+  float v = 1;
+  BT_CHECK_OK(braid_all_reduce(c, &v, 1, BRAID_F32, BRAID_SUM), c);
+  BT_CHECK_OK(braid_sync(c), c);
+  BT_CHECK(v == (float)n, "sum %g after the barrier, want %d", v, n);
+  /* Only barriers between exchanges: nothing stays allocated. */
+  static char b[4096];
+  for (int it = 0; it < 200; it++) {
+    BT_CHECK_OK(braid_send(c, b, sizeof b, BRAID_U8, (rank + 1) % n, 1), c);
+    BT_CHECK_OK(braid_recv(c, b, sizeof b, BRAID_U8, (rank + n - 1) % n, 1), c);
+    BT_CHECK_OK(braid_barrier(c), c);
+  }
+  int kept = 0;
+  for (braid__req *r = c->pending; r; r = r->pend_next) kept++;
+  BT_CHECK(kept == 0, "%d completed operations still held after 200 barriers", kept);
+  return 0;
+}
+
+static int test_p2p_mismatch_then_barrier(void) {
+  static const char *const env[] = {"BRAID_TIMEOUT=60", NULL};
+  const char *names[8];
+  int maxr[8], nb = bt_backends(names, maxr, 8);
+  for (int b = 0; b < nb; b++) {
+    if (maxr[b] < 2) continue;
+    bt_run_opts o = {names[b], maxr[b] < 3 ? maxr[b] : 3, 60, env, -1};
+    if (bt_run_ranks_ex(&o, body_p2p_then_barrier, NULL, NULL)) {
+      fprintf(stderr, "backend %s failed\n", names[b]);
+      return 1;
+    }
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
   static const bt_case cases[] = {
       {"shm_native", test_shm_native, 600},
@@ -310,6 +368,7 @@ int main(int argc, char **argv) {
       {"tcp", test_tcp, 600},
       BT_CASE(test_matching_calls_pass),
       BT_CASE(test_shm_two_roots),
+      BT_CASE(test_p2p_mismatch_then_barrier),
   };
   return bt_main(argc, argv, cases, BT_COUNT(cases));
 }

@@ -1247,6 +1247,103 @@ static int test_mix(void) {
   return run(3, body_mix, &it) || run_env(4, body_mix, &it, small, -1, 240) || run_env(2, body_mix, &it, mid, -1, 240);
 }
 
+/* A receive of braid memory taken late, inside a later all-gather's wait,
+   carries the sender's older free count: it must not drop the mapping the
+   all-gather reads (which crashed, or read another allocation mapped at
+   the same address). arg: a shared word, 1 once rank 1 is about to enter. */
+#define ZC_MSG ((size_t)64 << 10)
+#define ZC_BLK ((size_t)4 << 20)
+
+static int body_zc_late_receive(braid_comm *c, int rank, int n, void *arg) {
+  (void)n;
+  _Atomic int *step = arg;
+  char *recv = malloc(2 * ZC_BLK);
+  BT_CHECK(recv != NULL, "out of memory");
+  if (rank == 1) {
+    char *a, *b, *x;
+    BT_CHECK_OK(braid_mem_alloc((void **)&a, ZC_MSG), c);
+    BT_CHECK_OK(braid_mem_alloc((void **)&b, ZC_BLK), c);
+    BT_CHECK_OK(braid_mem_alloc((void **)&x, 4096), c);
+    memset(a, 0x11, ZC_MSG);
+    memset(b, 0x22, ZC_BLK);
+    BT_CHECK_OK(braid_send(c, a, ZC_MSG, BRAID_U8, 0, 7), c);
+    BT_CHECK_OK(braid_mem_free(x), c); /* the free count moves on */
+    atomic_store(step, 1);
+    BT_CHECK_OK(braid_all_gather(c, b, recv, ZC_BLK, BRAID_U8), c);
+    BT_CHECK_OK(braid_sync(c), c);
+    BT_CHECK_OK(braid_mem_free(a), c);
+    BT_CHECK_OK(braid_mem_free(b), c);
+    free(recv);
+    return 0;
+  }
+  char *msg = malloc(ZC_MSG), *send = malloc(ZC_BLK);
+  BT_CHECK(msg && send, "out of memory");
+  memset(send, 0x33, ZC_BLK);
+  BT_CHECK(bt_await(step, 1, 30), "rank 1 never got to its all-gather");
+  usleep(50000); /* rank 1 announces its block before this rank maps it */
+  BT_CHECK_OK(braid_recv(c, msg, ZC_MSG, BRAID_U8, 1, 7), c);
+  BT_CHECK_OK(braid_all_gather(c, send, recv, ZC_BLK, BRAID_U8), c);
+  BT_CHECK_OK(braid_sync(c), c);
+  for (size_t i = 0; i < ZC_BLK; i++) BT_CHECK((unsigned char)recv[ZC_BLK + i] == 0x22, "rank 1's block, byte %zu", i);
+  for (size_t i = 0; i < ZC_MSG; i++) BT_CHECK((unsigned char)msg[i] == 0x11, "the message, byte %zu", i);
+  free(msg);
+  free(send);
+  free(recv);
+  return 0;
+}
+
+static int test_zc_late_receive(void) {
+  static const char *const env[] = {"BRAID_SHM_CMA=0", NULL};
+  _Atomic int *step = bt_shared_counter();
+  BT_CHECK(step != NULL, "no shared mapping");
+  int rc = run_env(2, body_zc_late_receive, (void *)step, env, -1, 60);
+  bt_shared_free(step);
+  return rc;
+}
+
+/* A send lent to the receiver's pipe and given up by the sender's destroy:
+   the sender may write its buffer again at once, so the receive, read
+   later, fails naming the sender instead of returning those bytes. */
+#define PIPE_LEN ((size_t)200 << 10)
+
+static int body_pipe_abandoned(braid_comm *c, int rank, int n, void *arg) {
+  (void)n;
+  _Atomic int *step = arg;
+  unsigned char *buf = malloc(PIPE_LEN);
+  BT_CHECK(buf != NULL, "out of memory");
+  if (rank == 1) {
+    memset(buf, 0x11, PIPE_LEN);
+    BT_CHECK_OK(braid_send(c, buf, PIPE_LEN, BRAID_U8, 0, 5), c);
+    atomic_store(step, 1);
+    BT_CHECK(bt_await(step, 2, 30), "rank 0 never posted its receive");
+    BT_CHECK_OK(braid_destroy(c), NULL); /* gives the send up after BRAID_DESTROY_TIMEOUT */
+    memset(buf, 0xEE, PIPE_LEN);
+    atomic_store(step, 3);
+    BT_CHECK(bt_await(step, 4, 30), "rank 0 never finished");
+    _exit(0); /* its communicator is gone */
+  }
+  memset(buf, 0, PIPE_LEN);
+  BT_CHECK(bt_await(step, 1, 30), "rank 1 never sent");
+  BT_CHECK_OK(braid_recv(c, buf, PIPE_LEN, BRAID_U8, 1, 5), c);
+  atomic_store(step, 2);
+  BT_CHECK(bt_await(step, 3, 30), "rank 1 never left");
+  braid_status st = braid_sync(c);
+  atomic_store(step, 4);
+  BT_CHECK(st == BRAID_ERR_PEER_LOST, "the receive got %s: %s", braid_status_string(st), braid_last_error(c));
+  BT_CHECK_MSG(c, "rank 1 destroyed its communicator before its 204800-byte message");
+  free(buf);
+  return 0;
+}
+
+static int test_pipe_abandoned(void) {
+  static const char *const env[] = {"BRAID_SHM_CMA=0", "BRAID_DESTROY_TIMEOUT=0.2", NULL};
+  _Atomic int *step = bt_shared_counter();
+  BT_CHECK(step != NULL, "no shared mapping");
+  int rc = run_env(2, body_pipe_abandoned, (void *)step, env, 1, 60);
+  bt_shared_free(step);
+  return rc;
+}
+
 static const bt_case cases[] = {
     {"coll_small", test_coll_small, 400},  {"coll_large", test_coll_large, 400},
     {"coll_large_nocma", test_coll_large_nocma, 400}, {"rooted_paths", test_rooted_paths, 400},
@@ -1262,6 +1359,7 @@ static const bt_case cases[] = {
     {"zc_coll", test_zc_coll, 400},       {"zc_mappings", test_zc_mappings, 60},
     {"zc_p2p", test_zc_p2p, 120},         {"ag_mixed_placement", test_ag_mixed_placement, 60},
     {"pipes", test_pipes, 300},           {"container_profile", test_container_profile, 200},
+    {"zc_late_receive", test_zc_late_receive, 60}, {"pipe_abandoned", test_pipe_abandoned, 60},
 };
 
 int main(int argc, char **argv) { return bt_main(argc, argv, cases, BT_COUNT(cases)); }

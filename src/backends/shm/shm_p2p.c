@@ -149,6 +149,17 @@ static braid_status stream_later(braid_comm *c, shm_state *s, shm_req *r, uint64
   return queue_rec(c, s, src, &h);
 }
 
+/* The sender of r's rendezvous message left before r had all of it: its
+   buffer may hold something else by now. */
+static braid_status sender_left(braid_comm *c, shm_state *s, shm_req *r) {
+  (void)s;
+  /* A peer that failed and left said why: that is the error to report. */
+  if (braid__poll_remote_failure(c, 0)) return (braid_status)atomic_load(&c->failed);
+  return braid__fail(c, BRAID_ERR_PEER_LOST,
+                     "rank %d destroyed its communicator before its %zu-byte message with tag %u was received",
+                     braid__label(c, r->base.peer), r->base.bytes, (unsigned)r->base.h.tag);
+}
+
 /* Reads what the pipes hold into the receives whose turn it is; a receive
    read whole is acknowledged, which frees the sender's buffer. */
 static braid_status pipe_reads(braid_comm *c, shm_state *s) {
@@ -176,6 +187,9 @@ static braid_status pipe_reads(braid_comm *c, shm_state *s) {
       link = &r->snext;
       continue;
     }
+    /* Pages lent to a pipe are read as they are now: a sender that gave the
+       send up may have written them since. */
+    if (atomic_load(&shm_ctl_of(s, r->base.peer)->left)) return sender_left(c, s, r);
     *link = r->snext;
     p->rd_turn++;
     int src = r->base.peer;
@@ -190,13 +204,7 @@ static braid_status pipe_reads(braid_comm *c, shm_state *s) {
    sender's braid memory or by single copy, and acknowledges it. */
 static braid_status pull(braid_comm *c, shm_state *s, shm_req *r) {
   int src = r->base.peer;
-  if (atomic_load(&shm_ctl_of(s, src)->left)) {
-    /* A peer that failed and left said why: that is the error to report. */
-    if (braid__poll_remote_failure(c, 0)) return (braid_status)atomic_load(&c->failed);
-    return braid__fail(c, BRAID_ERR_PEER_LOST,
-                       "rank %d destroyed its communicator before its %zu-byte message with tag %u was received",
-                       braid__label(c, src), r->base.bytes, (unsigned)r->base.h.tag);
-  }
+  if (atomic_load(&shm_ctl_of(s, src)->left)) return sender_left(c, s, r);
   braid_status st;
   if (r->zc) {
     const char *from;
@@ -205,6 +213,9 @@ static braid_status pull(braid_comm *c, shm_state *s, shm_req *r) {
   } else if ((st = shm_cma_read(c, s, src, r->base.buf, r->addr, r->base.bytes))) {
     return st;
   }
+  /* The sender may have given the send up and reused its buffer while this
+     rank copied: it says so before it returns. */
+  if (atomic_load(&shm_ctl_of(s, src)->left)) return sender_left(c, s, r);
   c->moved++;
   return queue_ctrl(c, s, src, REC_ACK, r->id);
 }

@@ -206,7 +206,18 @@ static braid_status cma_error(braid_comm *c, shm_state *s, int q, int err, const
                           braid__label(c, q), (int)s->pids[q], strerror(err));
 }
 
+/* A failure published in the segment: once a peer has failed it may have
+   returned and reused its buffers, so no transfer starts after it, and a
+   transfer that ran across it does not count. */
+static braid_status failed_meanwhile(braid_comm *c, shm_state *s) {
+  if (atomic_load_explicit(&s->hdr->fail.ready, memory_order_acquire) && braid__poll_remote_failure(c, 0))
+    return (braid_status)atomic_load(&c->failed);
+  return BRAID_OK;
+}
+
 static braid_status cma_xfer(braid_comm *c, shm_state *s, int q, void *local, uint64_t remote, size_t len, int write) {
+  braid_status st = failed_meanwhile(c, s);
+  if (st) return st;
   char *l = local;
   while (len) {
     size_t part = len > (1u << 30) ? (1u << 30) : len;
@@ -221,7 +232,7 @@ static braid_status cma_xfer(braid_comm *c, shm_state *s, int q, void *local, ui
     remote += (uint64_t)got;
     len -= (size_t)got;
   }
-  return BRAID_OK;
+  return failed_meanwhile(c, s);
 }
 
 braid_status shm_cma_read(braid_comm *c, shm_state *s, int q, void *local, uint64_t remote, size_t len) {

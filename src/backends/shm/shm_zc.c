@@ -36,7 +36,9 @@ int shm_zc_announce(shm_state *s, const void *buf, size_t len, uint64_t key) {
 braid_status shm_zc_map(braid_comm *c, shm_state *s, int q, const braid__mem_ref *ref, uint64_t addr,
                         const char **out) {
   shm_zmap *maps = zmaps_of(s, q);
-  if (ref->epoch != s->zepoch[q]) {
+  /* Free counts only grow; an older request's count (a receive taken
+     late) must not drop what a newer call holds mapped. */
+  if (ref->epoch > s->zepoch[q]) {
     /* The peer freed something since: keep only what it names now. */
     for (int i = 0; i < SHM_ZMAP_CAP; i++)
       if (maps[i].local && maps[i].gen != ref->gen) unmap_entry(&maps[i]);

@@ -168,7 +168,14 @@ braid_status braid__comm_sub(braid_comm *parent, const braid__backend *ops, cons
   child->timeout_s = parent->timeout_s;
   child->destroy_timeout_s = parent->destroy_timeout_s;
   child->check = parent->check;
-  for (int k = 0; k < BRAID__COLL_NKINDS; k++) child->algo[k] = parent->algo[k];
+  for (int k = 0; k < BRAID__COLL_NKINDS; k++) {
+    child->algo[k] = parent->algo[k];
+    /* A part of a composite backend (hier's node and rail) asked for the
+       composite's own "native" call, which the part's backend may lack:
+       there the part picks its own algorithm. */
+    if ((flags & BRAID__SUB_LABEL) && child->algo[k] == 1 /* BRAID__ALGO_NATIVE */ && !has_native(ops, k))
+      child->algo[k] = 0;
+  }
   child->call = parent->call;
   braid_status st = (flags & BRAID__SUB_LABEL) ? label(child, parent, members) : BRAID_OK;
   if (!st) st = scope(child, parent, members, flags);

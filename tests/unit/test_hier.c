@@ -300,6 +300,17 @@ static int test_bad_part(void) {
   return bt_run_ranks_manual(&o, body_bad_part, NULL, NULL);
 }
 
+/* BRAID_ALGO=<call>=native asks for hier's own call: its parts (tcp between
+   nodes, which has none) pick their own, rather than the start failing. */
+static int test_native_across_nodes(void) {
+  if (!has_hier()) return 0;
+  static const layout two = {"2x2", "aabb"};
+  static const size_t counts[] = {1, 7, 5000};
+  matrix m = {counts, 3, 0, 0};
+  const char *env[] = {"BRAID_ALGO=allreduce=native,broadcast=native", NULL};
+  return run_layout(&two, bt_coll_matrix_body, &m, env, NULL);
+}
+
 int main(int argc, char **argv) {
   static const bt_case cases[] = {
       {"matrix", test_matrix, 900},
@@ -310,6 +321,7 @@ int main(int argc, char **argv) {
       {"auto", test_auto, 120},
       {"bad_part", test_bad_part, 60},
       {"progress", test_progress, 120},
+      {"native_across_nodes", test_native_across_nodes, 120},
   };
   return bt_main(argc, argv, cases, BT_COUNT(cases));
 }

@@ -148,7 +148,7 @@ typedef struct mpi_state {
   mpi_umsg **dfr_head, **dfr_tail; /* deferred large messages of each peer */
   mpi_sink *sinks;
   int nlater; /* active receives whose pieces the next progress starts */
-  MPI_Request fail_req[64]; /* failure notices sent */
+  MPI_Request *fail_req; /* failure notices sent, one per peer */
   int nfail_req;
   fail_msg fail_out;
   size_t max_count;
@@ -290,7 +290,7 @@ static braid_status start_wait(braid_comm *c, MPI_Request *rq, double deadline, 
   }
 }
 
-enum { START_NV = 2 + BRAID__COLL_NKINDS };
+enum { START_NV = 3 + BRAID__COLL_NKINDS };
 
 /* What the start's non-blocking calls write into. On the heap, and left
    allocated when one of them does not complete: MPI may write it later. */
@@ -330,8 +330,10 @@ static braid_status meet(braid_comm *c, mpi_state *s, MPI_Comm base, braid_statu
      value beside its negation, so one MPI_MAX tells max and min. The last
      entry is 1 + the highest rank whose start failed already (0: none). */
   int *agree = sb->agree;
+  /* BRAID_MPI_MAX_COUNT too: both ends of a message cut it by it. */
   int vals[START_NV] = {s->coll, c->check};
   for (int k = 0; k < BRAID__COLL_NKINDS; k++) vals[2 + k] = c->algo[k];
+  vals[2 + BRAID__COLL_NKINDS] = (int)s->max_count;
   for (int i = 0; i < START_NV; i++) agree[2 * i] = vals[i], agree[2 * i + 1] = -vals[i];
   agree[2 * START_NV] = own ? c->rank + 1 : 0;
   MPI_Request rq;
@@ -373,6 +375,11 @@ static braid_status meet(braid_comm *c, mpi_state *s, MPI_Comm base, braid_statu
   if (agree[2] != -agree[3])
     return braid__fail(c, BRAID_ERR_INVALID_ARG,
                        "BRAID_CHECK differs between ranks (%d here): every rank must set it alike", c->check);
+  const int mc = 2 * (2 + BRAID__COLL_NKINDS);
+  if (agree[mc] != -agree[mc + 1])
+    return braid__fail(c, BRAID_ERR_INVALID_ARG,
+                       "BRAID_MPI_MAX_COUNT differs between ranks (%zu here): every rank must set it alike",
+                       s->max_count);
   return BRAID_OK;
 }
 
@@ -877,7 +884,8 @@ static void mpi_publish_failure(braid_comm *c, braid_status st, const char *text
     s->fail_out.status = (int32_t)st;
     s->fail_out.origin = c->rank;
     snprintf(s->fail_out.text, sizeof s->fail_out.text, "%s", text);
-    for (int q = 0; q < c->size && s->nfail_req < 64; q++) {
+    if (!s->fail_req) s->fail_req = malloc(sizeof *s->fail_req * (size_t)c->size);
+    for (int q = 0; q < c->size && s->fail_req; q++) {
       if (q == c->rank) continue;
       if (MPI_Isend(&s->fail_out, (int)sizeof s->fail_out, MPI_BYTE, q, TAG_FAIL, s->comm,
                     &s->fail_req[s->nfail_req]) == MPI_SUCCESS)
@@ -966,14 +974,19 @@ static void mpi_destroy(braid_comm *c, double timeout_s) {
     if (!s->abandoned) MPI_Comm_free(&s->comm);
   }
   UNLOCK();
-  if (s->abandoned)
+  if (s->abandoned) {
     BLOG_WARN(BRAID_SUB_INIT, c->rank,
               "braid_destroy: MPI still holds operations of this failed communicator; its MPI communicator "
               "and buffers are left allocated");
-  else {
-    free(s->chk);
-    free(s->chk64);
+    /* MPI may still write a collective's result into the core's scratch
+       and read failure notices from the state: both stay with MPI. */
+    for (int i = 0; i < BRAID__NSCRATCH; i++) c->scratch[i] = NULL;
+    c->be = NULL;
+    return;
   }
+  free(s->chk);
+  free(s->chk64);
+  free(s->fail_req);
   free(s->hdr_buf);
   free(s->hdr_req);
   free(s->idx);

@@ -1344,6 +1344,42 @@ static int test_pipe_abandoned(void) {
   return rc;
 }
 
+/* Without the call check a section word of a small gather is only the
+   call's number: bytes an earlier broadcast left where rank 1's word now
+   lies (entry 0 again, SHM_BRING = 64 ring calls later; rank 1's section
+   starts 64 bytes in) must not pass for it while rank 1 is late. */
+static int body_ring_stale(braid_comm *c, int rank, int n, void *arg) {
+  (void)n;
+  _Atomic int *step = arg;
+  int32_t big[64];
+  for (int i = 0; i < 64; i++) big[i] = rank == 0 ? 1000 + i : 0;
+  /* The payload starts 64 bytes in: its first 8 bytes read as 65 << 32, the word of ring call 64. */
+  if (rank == 0) big[0] = 0, big[1] = 65;
+  BT_CHECK_OK(braid_broadcast(c, big, 64, BRAID_I32, 0), c); /* ring call 0 */
+  for (int i = 1; i < 64; i++) {
+    int32_t v = i;
+    BT_CHECK_OK(braid_broadcast(c, &v, 1, BRAID_I32, 0), c);
+  }
+  if (rank == 0) atomic_store(step, 1);
+  if (rank == 1) {
+    BT_CHECK(bt_await(step, 1, 30), "rank 0 never got to the gather");
+    usleep(100000); /* rank 0 waits in the gather */
+  }
+  int32_t mine = 111 * (rank + 1), all[2] = {-1, -1};
+  BT_CHECK_OK(braid_gather(c, &mine, all, 1, BRAID_I32, 0), c); /* ring call 64 */
+  if (rank == 0) BT_CHECK(all[0] == 111 && all[1] == 222, "the gather gave {%d, %d}", all[0], all[1]);
+  return 0;
+}
+
+static int test_ring_stale_word(void) {
+  static const char *const env[] = {"BRAID_CHECK=0", NULL};
+  _Atomic int *step = bt_shared_counter();
+  BT_CHECK(step != NULL, "no shared mapping");
+  int rc = run_env(2, body_ring_stale, (void *)step, env, -1, 60);
+  bt_shared_free(step);
+  return rc;
+}
+
 static const bt_case cases[] = {
     {"coll_small", test_coll_small, 400},  {"coll_large", test_coll_large, 400},
     {"coll_large_nocma", test_coll_large_nocma, 400}, {"rooted_paths", test_rooted_paths, 400},
@@ -1360,6 +1396,7 @@ static const bt_case cases[] = {
     {"zc_p2p", test_zc_p2p, 120},         {"ag_mixed_placement", test_ag_mixed_placement, 60},
     {"pipes", test_pipes, 300},           {"container_profile", test_container_profile, 200},
     {"zc_late_receive", test_zc_late_receive, 60}, {"pipe_abandoned", test_pipe_abandoned, 60},
+    {"ring_stale_word", test_ring_stale_word, 60},
 };
 
 int main(int argc, char **argv) { return bt_main(argc, argv, cases, BT_COUNT(cases)); }

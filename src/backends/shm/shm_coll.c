@@ -681,6 +681,13 @@ static braid_status ring_to_root(braid_comm *c, shm_state *s, const void *src, s
     uint64_t w;
     SHM_WAIT_UNTIL(word_is(w = atomic_load_explicit(slot_seq(sec), memory_order_acquire), b + 1), q, call);
     if ((uint32_t)w != s->chash && c->check) return mismatch(c, s, q);
+    /* A section's word may lie where an earlier call that used the entry
+       with another layout left payload bytes. With the call check those
+       bytes would have to hold the call's digest too; without it, data
+       can look like the word, so the writer's count of finished ring
+       calls decides. */
+    if (!c->check)
+      SHM_WAIT_UNTIL(atomic_load_explicit(&shm_ctl_of(s, q)->bcast_done, memory_order_acquire) >= b + 1, q, call);
     from[q] = slot_data(sec, bytes);
   }
   /* The senders return without waiting, so in a loop they run ahead: when

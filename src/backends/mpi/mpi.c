@@ -1048,25 +1048,29 @@ static braid_status precheck(braid_comm *c) {
   braid_status st = wait_mpi(c, &rq, 1, "the other ranks to enter the collective");
   if (st || (all[0] == mine[0] && all[1] == mine[1])) return st;
   /* Someone differs: every rank is here; learn who and what. */
-  struct {
+  /* Both buffers on the heap, this rank's entry last: a wait that gives up
+     leaves them to MPI, which may still use them. */
+  struct call_id {
     braid__desc d;
     uint64_t seq;
-  } me = {c->desc, c->seq}, *others = malloc(sizeof me * (size_t)c->size);
+  } *others = malloc(sizeof *others * ((size_t)c->size + 1));
   if (!others) return braid__fail_comm(c, BRAID_ERR_MISMATCH, "the ranks called different collectives");
+  struct call_id *me = &others[c->size];
+  me->d = c->desc;
+  me->seq = c->seq;
   LOCK();
-  rc = MPI_Iallgather(&me, (int)sizeof me, MPI_BYTE, others, (int)sizeof me, MPI_BYTE, s->comm, &rq);
+  rc = MPI_Iallgather(me, (int)sizeof *me, MPI_BYTE, others, (int)sizeof *me, MPI_BYTE, s->comm, &rq);
   UNLOCK();
   if (rc) {
     free(others);
     return mpi_fail(c, "MPI_Iallgather", rc);
   }
   st = wait_mpi(c, &rq, 1, "the other ranks' calls");
-  if (!st) {
-    int q = 0;
-    while (q < c->size && others[q].seq == c->seq && braid__desc_equal(&others[q].d, &c->desc)) q++;
-    st = q < c->size ? braid__coll_mismatch_at(c, q, &others[q].d, others[q].seq)
-                     : braid__fail_comm(c, BRAID_ERR_MISMATCH, "the ranks called different collectives");
-  }
+  if (st) return st; /* the gather stays MPI's (the state is abandoned): so do its buffers */
+  int q = 0;
+  while (q < c->size && others[q].seq == c->seq && braid__desc_equal(&others[q].d, &c->desc)) q++;
+  st = q < c->size ? braid__coll_mismatch_at(c, q, &others[q].d, others[q].seq)
+                   : braid__fail_comm(c, BRAID_ERR_MISMATCH, "the ranks called different collectives");
   free(others);
   return st;
 }
@@ -1145,7 +1149,10 @@ static braid_status run_pieces(braid_comm *c, size_t count, size_t per, piece_fn
     LOCK();
     int rc = fn(c, arg, off, len, &rq[i % WINDOW]);
     UNLOCK();
-    if (rc) return mpi_fail(c, what, rc);
+    if (rc) {
+      if (i) state(c)->abandoned = 1; /* the pieces posted before stay MPI's */
+      return mpi_fail(c, what, rc);
+    }
   }
   size_t live = np < WINDOW ? np : WINDOW;
   MPI_Request tail[WINDOW];
@@ -1470,6 +1477,8 @@ static braid_status mpi_all_to_allv(braid_comm *c, const void *send, const size_
     }
   }
   UNLOCK();
+  /* Blocks posted before a failed post stay MPI's, as after a wait that gives up. */
+  if (rc && k > 1) s->abandoned = 1;
   st = rc ? mpi_fail(c, "MPI_Isend/MPI_Irecv", rc) : wait_mpi(c, rqs, k, "all-to-allv blocks");
   free(rqs);
   return st;

@@ -18,11 +18,11 @@ const braid__backend *braid__backend_find(const char *name);
 /* Comma-separated names of the built backends (for messages and braid-info). */
 const char *braid__backend_names(void);
 
-/* The slow halves of braid__enter / braid__leave (a failed communicator,
-   an error to spread). */
 /* Frees the completed user operations (braid_sync, braid_barrier). */
 void braid__reap(braid_comm *c);
 
+/* The slow halves of braid__enter / braid__leave (a failed communicator,
+   an error to spread). */
 braid_status braid__enter_failed(braid_comm *c, const char *call);
 braid_status braid__leave_slow(braid_comm *c, braid_status st);
 

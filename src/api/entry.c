@@ -8,9 +8,7 @@
 #include "core/wait.h"
 
 braid_status braid__null_comm(const char *call) {
-  char w[64];
-  braid__caller(w, sizeof w);
-  return braid__fail(NULL, BRAID_ERR_INVALID_ARG, "%s: comm is NULL (%s)", call, w);
+  return braid__fail_caller(BRAID_ERR_INVALID_ARG, "%s: comm is NULL", call);
 }
 
 braid_status braid__enter_failed(braid_comm *c, const char *call) {

@@ -65,22 +65,15 @@ void braid__group_forget(braid_comm *c) {
 }
 
 braid_status braid_group_start(void) {
-  char w[64];
-  if (depth == INT32_MAX) {
-    braid__caller(w, sizeof w);
-    return braid__fail(NULL, BRAID_ERR_INVALID_ARG, "braid_group_start: groups nested too deep (%s)", w);
-  }
+  if (depth == INT32_MAX) return braid__fail_caller(BRAID_ERR_INVALID_ARG, "braid_group_start: groups nested too deep");
   if (depth++ == 0) atomic_fetch_add_explicit(&open_groups, 1, memory_order_relaxed);
   return BRAID_OK;
 }
 
 braid_status braid_group_end(void) {
-  if (depth == 0) {
-    char w[64];
-    braid__caller(w, sizeof w);
-    return braid__fail(NULL, BRAID_ERR_INVALID_ARG,
-                       "braid_group_end: no group is open on this thread (braid_group_start) (%s)", w);
-  }
+  if (depth == 0)
+    return braid__fail_caller(BRAID_ERR_INVALID_ARG,
+                              "braid_group_end: no group is open on this thread (braid_group_start)");
   if (--depth) return BRAID_OK;
   atomic_fetch_sub_explicit(&open_groups, 1, memory_order_relaxed);
   gcall *g = head;

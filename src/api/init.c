@@ -200,11 +200,7 @@ static void tell_unstarted(const braid__env_overrides *ov, unsigned flags, braid
 }
 
 braid_status braid_init(const braid_config *cfg, braid_comm **out) {
-  if (!out) {
-    char w[64];
-    braid__caller(w, sizeof w);
-    return braid__fail(NULL, BRAID_ERR_INVALID_ARG, "braid_init: comm is NULL (%s)", w);
-  }
+  if (!out) return braid__fail_caller(BRAID_ERR_INVALID_ARG, "braid_init: comm is NULL");
   *out = NULL;
   braid__log_reload(); /* the application may have set BRAID_LOG* since the last init */
   braid_config def = BRAID_CONFIG_INIT;
@@ -335,13 +331,10 @@ braid_status braid_init(const braid_config *cfg, braid_comm **out) {
 braid_status braid_destroy(braid_comm *c) {
   if (!c) return braid__null_comm("braid_destroy");
   /* Checked without touching *c: after a first braid_destroy it is freed. */
-  if (!braid__live_contains(c)) {
-    char w[64];
-    braid__caller(w, sizeof w);
-    return braid__fail(NULL, BRAID_ERR_INVALID_ARG,
-                       "braid_destroy: comm %p is not a live communicator of this process (destroyed already?) (%s)",
-                       (void *)c, w);
-  }
+  if (!braid__live_contains(c))
+    return braid__fail_caller(BRAID_ERR_INVALID_ARG,
+                              "braid_destroy: comm %p is not a live communicator of this process (destroyed already?)",
+                              (void *)c);
   braid__group_forget(c);
   braid__comm_release(c, -1);
   return BRAID_OK;

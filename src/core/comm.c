@@ -176,8 +176,13 @@ void braid__comm_free(braid_comm *c) {
   free(c);
 }
 
-void braid__caller(char *out, size_t len) {
+braid_status braid__fail_caller(braid_status st, const char *fmt, ...) {
+  char text[BRAID_ERRLEN];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(text, sizeof text, fmt, ap);
+  va_end(ap);
   const char *r = braid__param_env(BRAID_P_RANK);
-  if (r) snprintf(out, len, "rank %s", r);
-  else snprintf(out, len, "pid %d", (int)getpid());
+  if (r) return braid__fail(NULL, st, "%s (rank %s)", text, r);
+  return braid__fail(NULL, st, "%s (pid %d)", text, (int)getpid());
 }

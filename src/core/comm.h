@@ -287,9 +287,10 @@ braid_status braid__fail_comm(braid_comm *c, braid_status st, const char *fmt, .
    published to this one): only " (rank R)" is added when it lacks one. */
 braid_status braid__fail_relayed(braid_comm *c, braid_status st, const char *msg);
 
-/* Names the caller in sentences of calls that have no communicator:
-   "rank R" from BRAID_RANK, else "pid P" (not the default rank 0). */
-void braid__caller(char *out, size_t len);
+/* braid__fail(NULL, ...) for calls that have no communicator, naming the
+   caller after the sentence: " (rank R)" from BRAID_RANK, else " (pid P)"
+   (not the default rank 0). */
+braid_status braid__fail_caller(braid_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* The calling thread's last error (braid_last_error(NULL)). */
 void braid__set_thread_error(const char *msg);

@@ -18,7 +18,6 @@
 #include <unistd.h>
 
 #include "core/comm.h"
-#include "core/params.h"
 
 typedef struct region {
   uintptr_t base;
@@ -33,7 +32,6 @@ static size_t nregs, capregs;
 static uint64_t next_gen;
 static _Atomic size_t live;          /* nregs, readable without the lock */
 static _Atomic uint64_t free_epoch;  /* braid_mem_free calls so far */
-
 
 static size_t find_index(uintptr_t p) {
   /* First region whose base is above p, minus one. */
@@ -87,18 +85,13 @@ static int insert(const region *r) {
 }
 
 braid_status braid_mem_alloc(void **ptr, size_t size) {
-  char w[48];
-  if (!ptr) {
-    braid__caller(w, sizeof w);
-    return braid__fail(NULL, BRAID_ERR_INVALID_ARG, "braid_mem_alloc: ptr is NULL (%s)", w);
-  }
+  if (!ptr) return braid__fail_caller(BRAID_ERR_INVALID_ARG, "braid_mem_alloc: ptr is NULL");
   *ptr = NULL;
   long pg = sysconf(_SC_PAGESIZE);
   size_t page = pg > 0 ? (size_t)pg : 4096;
   if (size == 0 || size > SIZE_MAX - page || size > (size_t)LLONG_MAX - page) {
-    braid__caller(w, sizeof w);
-    return braid__fail(NULL, BRAID_ERR_INVALID_ARG, "braid_mem_alloc: size %zu is %s (%s)", size,
-                       size == 0 ? "zero" : "too large", w);
+    return braid__fail_caller(BRAID_ERR_INVALID_ARG, "braid_mem_alloc: size %zu is %s", size,
+                              size == 0 ? "zero" : "too large");
   }
   size_t len = (size + page - 1) / page * page;
   pthread_rwlock_wrlock(&reg_lock);
@@ -112,9 +105,8 @@ braid_status braid_mem_alloc(void **ptr, size_t size) {
     if (ftruncate(fd, (off_t)len) != 0) {
       int e = errno;
       close(fd);
-      braid__caller(w, sizeof w);
-      return braid__fail(NULL, e == ENOMEM || e == EFBIG ? BRAID_ERR_NO_MEMORY : BRAID_ERR_SYSTEM,
-                         "braid_mem_alloc: sizing a %zu-byte memfd failed: %s (%s)", len, strerror(e), w);
+      return braid__fail_caller(e == ENOMEM || e == EFBIG ? BRAID_ERR_NO_MEMORY : BRAID_ERR_SYSTEM,
+                                "braid_mem_alloc: sizing a %zu-byte memfd failed: %s", len, strerror(e));
     }
     p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   } else {
@@ -125,9 +117,8 @@ braid_status braid_mem_alloc(void **ptr, size_t size) {
   if (p == MAP_FAILED) {
     int e = errno;
     if (fd >= 0) close(fd);
-    braid__caller(w, sizeof w);
-    return braid__fail(NULL, BRAID_ERR_NO_MEMORY, "braid_mem_alloc: mapping %zu bytes failed: %s (%s)", len,
-                       strerror(e), w);
+    return braid__fail_caller(BRAID_ERR_NO_MEMORY, "braid_mem_alloc: mapping %zu bytes failed: %s", len,
+                              strerror(e));
   }
   region r = {(uintptr_t)p, len, fd, gen};
   pthread_rwlock_wrlock(&reg_lock);
@@ -136,8 +127,7 @@ braid_status braid_mem_alloc(void **ptr, size_t size) {
   if (bad) {
     munmap(p, len);
     if (fd >= 0) close(fd);
-    braid__caller(w, sizeof w);
-    return braid__fail(NULL, BRAID_ERR_NO_MEMORY, "braid_mem_alloc: out of memory for the allocation table (%s)", w);
+    return braid__fail_caller(BRAID_ERR_NO_MEMORY, "braid_mem_alloc: out of memory for the allocation table");
   }
   *ptr = p;
   return BRAID_OK;
@@ -159,10 +149,8 @@ braid_status braid_mem_free(void *ptr) {
   }
   pthread_rwlock_unlock(&reg_lock);
   if (!found) {
-    char w[48];
-    braid__caller(w, sizeof w);
-    return braid__fail(NULL, BRAID_ERR_INVALID_ARG,
-                       "braid_mem_free: ptr %p was not returned by braid_mem_alloc, or was freed already (%s)", ptr, w);
+    return braid__fail_caller(BRAID_ERR_INVALID_ARG,
+                              "braid_mem_free: ptr %p was not returned by braid_mem_alloc, or was freed already", ptr);
   }
   munmap((void *)r.base, r.len);
   if (r.fd >= 0) close(r.fd);

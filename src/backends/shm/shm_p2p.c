@@ -151,8 +151,7 @@ static braid_status stream_later(braid_comm *c, shm_state *s, shm_req *r, uint64
 
 /* The sender of r's rendezvous message left before r had all of it: its
    buffer may hold something else by now. */
-static braid_status sender_left(braid_comm *c, shm_state *s, shm_req *r) {
-  (void)s;
+static braid_status sender_left(braid_comm *c, shm_req *r) {
   /* A peer that failed and left said why: that is the error to report. */
   if (braid__poll_remote_failure(c, 0)) return (braid_status)atomic_load(&c->failed);
   return braid__fail(c, BRAID_ERR_PEER_LOST,
@@ -189,7 +188,7 @@ static braid_status pipe_reads(braid_comm *c, shm_state *s) {
     }
     /* Pages lent to a pipe are read as they are now: a sender that gave the
        send up may have written them since. */
-    if (atomic_load(&shm_ctl_of(s, r->base.peer)->left)) return sender_left(c, s, r);
+    if (atomic_load(&shm_ctl_of(s, r->base.peer)->left)) return sender_left(c, r);
     *link = r->snext;
     p->rd_turn++;
     int src = r->base.peer;
@@ -204,7 +203,7 @@ static braid_status pipe_reads(braid_comm *c, shm_state *s) {
    sender's braid memory or by single copy, and acknowledges it. */
 static braid_status pull(braid_comm *c, shm_state *s, shm_req *r) {
   int src = r->base.peer;
-  if (atomic_load(&shm_ctl_of(s, src)->left)) return sender_left(c, s, r);
+  if (atomic_load(&shm_ctl_of(s, src)->left)) return sender_left(c, r);
   braid_status st;
   if (r->zc) {
     const char *from;
@@ -215,7 +214,7 @@ static braid_status pull(braid_comm *c, shm_state *s, shm_req *r) {
   }
   /* The sender may have given the send up and reused its buffer while this
      rank copied: it says so before it returns. */
-  if (atomic_load(&shm_ctl_of(s, src)->left)) return sender_left(c, s, r);
+  if (atomic_load(&shm_ctl_of(s, src)->left)) return sender_left(c, r);
   c->moved++;
   return queue_ctrl(c, s, src, REC_ACK, r->id);
 }

@@ -464,6 +464,44 @@ static braid_status check_recv_disjoint(braid_comm *c, const size_t *counts, con
   return BRAID_OK;
 }
 
+/* The spans of send and recv blocks meet: interleaved blocks of one
+   buffer are fine as long as no element is both sent and received. One
+   sorted sweep over both sides' blocks, remembering how far each side
+   reaches so far, finds the first element they share. */
+static braid_status check_blocks_apart(braid_comm *c, const void *send, const size_t *send_counts,
+                                       const size_t *send_displs, const void *recv, const size_t *recv_counts,
+                                       const size_t *recv_displs, braid_dtype dt) {
+  const int n = c->size;
+  const size_t esz = braid_dtype_size(dt);
+  span *s = malloc(sizeof *s * 2 * (size_t)n);
+  if (!s) return braid__fail(c, BRAID_ERR_NO_MEMORY, "out of memory checking %d ranks' send_displs", n);
+  int m = 0;
+  for (int j = 0; j < n; j++) { /* rank j for a send block, n + j for a receive block */
+    if (send_counts[j])
+      s[m++] = (span){(uintptr_t)send + send_displs[j] * esz, (uintptr_t)send + (send_displs[j] + send_counts[j]) * esz, j};
+    if (recv_counts[j])
+      s[m++] = (span){(uintptr_t)recv + recv_displs[j] * esz, (uintptr_t)recv + (recv_displs[j] + recv_counts[j]) * esz,
+                      n + j};
+  }
+  qsort(s, (size_t)m, sizeof *s, span_cmp);
+  size_t reach[2] = {0, 0};
+  int who[2] = {-1, -1};
+  for (int i = 0; i < m; i++) {
+    const int side = s[i].rank >= n, other = !side;
+    if (who[other] >= 0 && s[i].lo < reach[other]) {
+      const int sj = side ? who[other] : s[i].rank, rj = (side ? s[i].rank : who[other]) - n;
+      free(s);
+      return braid__fail(c, BRAID_ERR_INVALID_ARG,
+                         "the send block for rank %d and the recv block from rank %d share elements (send overlaps "
+                         "recv; in place: send == recv)",
+                         sj, rj);
+    }
+    if (s[i].hi > reach[side]) reach[side] = s[i].hi, who[side] = s[i].rank;
+  }
+  free(s);
+  return BRAID_OK;
+}
+
 braid_status braid_all_to_allv(braid_comm *c, const void *send, const size_t *send_counts, const size_t *send_displs,
                                void *recv, const size_t *recv_counts, const size_t *recv_displs, braid_dtype dt) {
   braid_status st = braid__enter(c, "braid_all_to_allv");
@@ -487,7 +525,7 @@ braid_status braid_all_to_allv(braid_comm *c, const void *send, const size_t *se
                                          "is one block",
                                          r, send_counts[r], r, recv_counts[r], r));
     if (slo < shi && rlo < rhi && overlaps((const char *)send + slo, shi - slo, (const char *)recv + rlo, rhi - rlo))
-      return braid__leave(c, bad_overlap(c, "send", "recv", "recv (in place: send == recv)"));
+      BRAID__TRY(check_blocks_apart(c, send, send_counts, send_displs, recv, recv_counts, recv_displs, dt));
   }
   /* Never a no-op: other ranks may send to this one whatever its counts,
      and every pair exchanges its message. */

@@ -591,3 +591,44 @@ int bt_coll_matrix_more(braid_comm *c, int rank, int n, void *arg) {
   for (size_t i = 0; i < BT_COUNT(pm_dts); i++) BT_CHECK_OK(braid_op_destroy(c, pm[i]), c);
   return 0;
 }
+
+static int32_t a2av_value(int i, int j, size_t k) { return (int32_t)(i * 1000003 + j * 7919 + (int)k); }
+
+/* Send and receive blocks interleaved in one buffer (send block j at
+   slot 2j, the block from rank j at slot 2j + 1): the spans meet but no
+   element is both sent and received, so the call is valid. Small blocks
+   and rendezvous-sized ones; the send blocks must come back unchanged. */
+int bt_a2av_interleaved(braid_comm *c, int rank, int n, void *arg) {
+  (void)arg;
+  static const size_t sizes[] = {7, 3000, 70000};
+  size_t sc[16], sd[16], rc[16], rd[16];
+  for (size_t z = 0; z < BT_COUNT(sizes); z++) {
+    const size_t b = sizes[z], total = 2 * (size_t)n * b;
+    int32_t *buf = malloc((total + 1) * sizeof *buf);
+    BT_CHECK(buf != NULL, "out of memory");
+    for (size_t k = 0; k <= total; k++) buf[k] = -1;
+    for (int j = 0; j < n; j++) {
+      sc[j] = rc[j] = b, sd[j] = 2 * (size_t)j * b, rd[j] = sd[j];
+      for (size_t k = 0; k < b; k++) buf[sd[j] + k] = a2av_value(rank, j, k);
+    }
+    BT_CHECK_OK(braid_all_to_allv(c, buf, sc, sd, buf + b, rc, rd, BRAID_I32), c);
+    BT_CHECK_OK(braid_sync(c), c);
+    for (int j = 0; j < n; j++)
+      for (size_t k = 0; k < b; k++) {
+        BT_CHECK(buf[sd[j] + k] == a2av_value(rank, j, k), "block size %zu: send element %zu for rank %d changed", b, k, j);
+        BT_CHECK(buf[b + rd[j] + k] == a2av_value(j, rank, k), "block size %zu: element %zu from rank %d", b, k, j);
+      }
+    BT_CHECK(buf[total] == -1, "written past the end");
+    /* The block from rank 0 one element later reaches into the send
+       block for rank 1: refused before anything moves, on every rank. */
+    rd[0] = 1;
+    if (n > 1) {
+      BT_CHECK_ST(braid_all_to_allv(c, buf, sc, sd, buf + b, rc, rd, BRAID_I32), BRAID_ERR_INVALID_ARG, c);
+      BT_CHECK_MSG(c, "the send block for rank 1 and the recv block from rank 0 share elements");
+      for (int j = 0; j < n; j++)
+        for (size_t k = 0; k < b; k++) BT_CHECK(buf[sd[j] + k] == a2av_value(rank, j, k), "refused call wrote");
+    }
+    free(buf);
+  }
+  return 0;
+}

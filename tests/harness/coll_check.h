@@ -75,5 +75,9 @@ int bt_coll_matrix_body(braid_comm *c, int rank, int n, void *arg);
    all-to-allv pattern and scaled sums of eight dtypes; else (large counts)
    each collective once or twice on a few dtypes. */
 int bt_coll_matrix_more(braid_comm *c, int rank, int n, void *arg);
+/* braid_all_to_allv with send and receive blocks interleaved in one
+   buffer (valid: no element both sent and received), and a refused call
+   whose blocks share an element. */
+int bt_a2av_interleaved(braid_comm *c, int rank, int n, void *arg);
 
 #endif

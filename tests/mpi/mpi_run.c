@@ -444,6 +444,7 @@ static int mode_coll(void) {
         break;
       }
     }
+    if (bt_a2av_interleaved(c, wr, wn, NULL)) return 1;
     BT_CHECK_OK(braid_destroy(c), NULL);
   }
   unsetenv("BRAID_MPI_COLL");

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "coll_check.h"
 #include "harness.h"
 
 static double now_s(void) {
@@ -90,6 +91,20 @@ static int test_shapes(void) {
   return 0;
 }
 
+static int test_interleaved(void) {
+  const char *names[8];
+  int maxr[8], nb = bt_backends(names, maxr, 8);
+  for (int b = 0; b < nb; b++)
+    for (int n = 2; n <= 4 && n <= maxr[b]; n++) {
+      if (bt_quick() && n != 3) continue;
+      if (bt_run_ranks(names[b], n, 120, bt_a2av_interleaved, NULL)) {
+        fprintf(stderr, "alltoallv interleaved: backend %s, %d ranks failed\n", names[b], n);
+        return 1;
+      }
+    }
+  return 0;
+}
+
 /* Rank `liar` sends `says` elements to rank 0, which expects `expects`. */
 typedef struct lie {
   size_t says, expects;
@@ -148,6 +163,7 @@ int main(int argc, char **argv) {
   static const bt_case cases[] = {
       {"shapes", test_shapes, 900},
       {"mismatched_counts", test_mismatched_counts, 600},
+      {"interleaved", test_interleaved, 600},
   };
   return bt_main(argc, argv, cases, BT_COUNT(cases));
 }

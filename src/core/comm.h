@@ -244,6 +244,9 @@ struct braid_comm {
   braid__matcher match;
   braid__req *free_reqs;        /* request pool */
   int nfree;
+  int nreqs;                    /* requests out of the pool (0 again once destroyed) */
+  int releasing;                /* braid_destroy handed the unfinished requests to the backend */
+  braid__req *orphans;          /* completed while releasing: nobody else holds them */
   braid__req *pending, **pending_tail; /* user operations until braid_sync */
   int npending;                 /* requests started and not complete (user and internal) */
   uint64_t moved;               /* bumped by the backend whenever data moves */
@@ -340,5 +343,7 @@ braid_status braid__coll_check_stale(braid_comm *c, int inclusive);
 /* Allocation and release of the bare object (api/ and the sub-communicator helper). */
 braid_comm *braid__comm_alloc(void);
 void braid__comm_free(braid_comm *c);
+/* Requests this process's destroyed communicators never freed (0). */
+int braid__reqs_lost(void);
 
 #endif

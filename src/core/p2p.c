@@ -21,11 +21,13 @@ static braid__req *req_get(braid_comm *c) {
     r = malloc(c->ops->req_size);
     if (!r) return NULL;
   }
+  c->nreqs++;
   memset(r, 0, c->ops->req_clear ? c->ops->req_clear : c->ops->req_size);
   return r;
 }
 
 static void req_put(braid_comm *c, braid__req *r) {
+  c->nreqs--;
   if (c->nfree >= REQ_POOL_MAX) {
     free(r);
     return;
@@ -40,12 +42,27 @@ void braid__req_complete(braid_comm *c, braid__req *r, braid_status st) {
   r->done = 1;
   r->status = st;
   c->npending--;
+  /* A backend's progress inside braid_destroy finished it after the core
+     let go of the unfinished ones: freed once the backend is gone. */
+  if (c->releasing) r->pend_next = c->orphans, c->orphans = r;
 }
 
 void braid__req_drop(braid_comm *c, braid__req *r) {
   if (!r->done) c->npending--;
   braid__match_cancel(c, r);
   req_put(c, r);
+}
+
+void braid__req_abandon(braid_comm *c, braid__req *r) {
+  if (r->done) {
+    req_put(c, r);
+    return;
+  }
+  /* On the pending list, braid_destroy frees it when it completes there
+     and leaves it to the backend when it does not. */
+  r->pend_next = NULL;
+  *c->pending_tail = r;
+  c->pending_tail = &r->pend_next;
 }
 
 braid_status braid__req_release(braid_comm *c, braid__req *r) {

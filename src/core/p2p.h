@@ -82,6 +82,11 @@ void braid__req_complete(braid_comm *c, braid__req *r, braid_status st);
    is destroyed (pending work abandoned). */
 void braid__req_drop(braid_comm *c, braid__req *r);
 
+/* For a backend that posted r on a communicator it routes through and
+   lets go of it before that communicator is destroyed: freed now if
+   complete, else with that communicator's unfinished work. */
+void braid__req_abandon(braid_comm *c, braid__req *r);
+
 /* The internal tag of step `step` of the collective in progress on c. */
 uint64_t braid__coll_tag(const braid_comm *c, uint64_t step);
 

@@ -256,8 +256,14 @@ void braid__comm_release(braid_comm *c, double timeout_s) {
     braid__req *r;
     while ((r = braid__match_pop_posted(c))) braid__req_drop(c, r);
     braid__match_drop_unexpected(c);
+    c->releasing = 1;
     c->ops->destroy(c, timeout_s);
     c->be = NULL;
+    while (c->orphans) {
+      r = c->orphans;
+      c->orphans = r->pend_next;
+      braid__req_release(c, r);
+    }
   }
   braid__bootstrap_free(c->boot, timeout_s);
   c->boot = NULL;

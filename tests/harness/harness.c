@@ -272,6 +272,11 @@ int bt_run_ranks_ex(const bt_run_opts *o, bt_body body, void *arg, bt_rank_resul
       forked = NULL;
       nforked = capforked = 0;
       int rc = rank_main(o, r, body, arg, sp);
+      if (braid__reqs_lost()) {
+        bt_report(__FILE__, __LINE__, "rank %d: %d request(s) of destroyed communicators were never freed", r,
+                  braid__reqs_lost());
+        if (!rc) rc = 4;
+      }
       fflush(NULL);
       _exit(rc);
     }

@@ -8,7 +8,8 @@
    the application made), auto (braid_init(NULL) picks mpi under mpirun),
    coll (BRAID_MPI_COLL's checks and choices), route (which route auto and
    BRAID_ALGO give a call), startfail (a rank whose start fails, or never
-   comes, ends the others' start with a sentence). "app": the test calls MPI_Init_thread itself and
+   comes, ends the others' start with a sentence), claim (a send finished
+   inside braid_destroy is freed). "app": the test calls MPI_Init_thread itself and
    braid must not finalize; "braid": braid initializes MPI. Exit 0 on
    success on every rank. */
 #include <mpi.h>
@@ -21,6 +22,7 @@
 #include <unistd.h>
 
 #include "coll_check.h"
+#include "core/comm.h"
 #include "harness.h"
 
 static double now_s(void) {
@@ -561,6 +563,49 @@ static int mode_late(void) {
   return 0;
 }
 
+/* A send still unfinished when its rank's braid_destroy gave up draining
+   completes inside the backend's own bounded wait (the peer posts its
+   receive then): the data arrives whole, and the request is freed
+   (main checks that no request was lost). */
+static int mode_claim(void) {
+  MPI_Comm sc;
+  MPI_Comm_dup(MPI_COMM_WORLD, &sc);
+  braid_config cfg = BRAID_CONFIG_INIT;
+  cfg.backend = "mpi";
+  cfg.timeout_s = 60;
+  cfg.destroy_timeout_s = 1.0;
+  braid_comm *c;
+  BT_CHECK_OK(braid_init(&cfg, &c), NULL);
+  int rank = braid_rank(c), n = braid_world_size(c);
+  enum { N = 1 << 20 }; /* 4 MiB: the payload waits for the receive */
+  int32_t *buf = malloc(N * sizeof *buf);
+  BT_CHECK(buf != NULL, "out of memory");
+  if (rank == 1) {
+    for (int i = 0; i < N; i++) buf[i] = i ^ 0x5a5a;
+    BT_CHECK_OK(braid_send(c, buf, N, BRAID_I32, 0, 5), c);
+    send_token(sc, 0);
+    double t0 = now_s();
+    BT_CHECK_OK(braid_destroy(c), NULL);
+    BT_CHECK(now_s() - t0 < 10, "braid_destroy took %.1f s", now_s() - t0);
+  } else if (rank == 0 && n > 1) {
+    if (await_token(sc, 1, 60)) return 1;
+    /* Past rank 1's drain (1 s), inside its backend's wait (1 s more). */
+    const struct timespec wait = {1, 500000000};
+    nanosleep(&wait, NULL);
+    memset(buf, 0, N * sizeof *buf);
+    BT_CHECK_OK(braid_recv(c, buf, N, BRAID_I32, 1, 5), c);
+    BT_CHECK_OK(braid_sync(c), c);
+    for (int i = 0; i < N; i++)
+      if (buf[i] != (i ^ 0x5a5a)) BT_CHECK(0, "element %d is %d", i, buf[i]);
+    BT_CHECK_OK(braid_destroy(c), NULL);
+  } else {
+    BT_CHECK_OK(braid_destroy(c), NULL);
+  }
+  free(buf);
+  MPI_Comm_free(&sc);
+  return 0;
+}
+
 /* A communicator the application made: braid's ranks are the ones in it. */
 static int mode_comm(void) {
   int wr, wn;
@@ -722,9 +767,14 @@ int main(int argc, char **argv) {
   else if (!strcmp(mode, "route")) rc = mode_route();
   else if (!strcmp(mode, "startfail")) rc = mode_startfail();
   else if (!strcmp(mode, "agree")) rc = mode_agree();
+  else if (!strcmp(mode, "claim")) rc = mode_claim();
   else {
     fprintf(stderr, "mpi_run: unknown mode %s\n", mode);
     rc = 2;
+  }
+  if (braid__reqs_lost()) {
+    fprintf(stderr, "mpi_run: %d request(s) of destroyed communicators were never freed\n", braid__reqs_lost());
+    if (!rc) rc = 1;
   }
   if (app) {
     int fin = 0;

@@ -2,6 +2,7 @@
    out of place, unaligned buffers; bitwise-identical results; split; tagged
    point to point; dead and aborting peers; no leaked /dev/shm entries. */
 #include <dirent.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -14,8 +15,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "backends/shm/shm.h"
 #include "braid.h"
 #include "coll_check.h"
+#include "core/comm.h"
 #include "harness.h"
 #include "p2p_check.h"
 
@@ -390,6 +393,73 @@ static int body_split_abort(braid_comm *c, int rank, int n, void *arg) {
 static int test_split_abort(void) {
   int iters = bt_quick() ? 60 : 150;
   return run(3, body_split_abort, &iters) || run(2, body_split_abort, &iters);
+}
+
+/* A start that fails on one rank alone (its transfer buffers cannot be
+   allocated) while that rank stays alive: the others hear of it within a
+   few seconds, not at BRAID_TIMEOUT. The failure is injected by this
+   program's posix_memalign, armed on one rank for the one allocation of
+   that size (three ranks: 512 KiB). */
+static volatile int fail_tmp_alloc;
+
+int posix_memalign(void **p, size_t align, size_t size) {
+  static int (*real)(void **, size_t, size_t);
+  if (!real) *(void **)&real = dlsym(RTLD_NEXT, "posix_memalign");
+  if (fail_tmp_alloc && align == 4096 && size == (512u << 10)) {
+    fail_tmp_alloc = 0;
+    return ENOMEM;
+  }
+  return real(p, align, size);
+}
+
+typedef struct start_fail {
+  _Atomic int *checked;
+  int split; /* 1: braid_split fails, 0: braid_init */
+} start_fail;
+
+static int body_start_fail(braid_comm *c, int rank, int n, void *arg) {
+  const start_fail *f = arg;
+  braid_comm *child = NULL;
+  braid_status st;
+  double t0 = now_s();
+  if (f->split) {
+    BT_CHECK_OK(braid_barrier(c), c);
+    fail_tmp_alloc = rank == 1;
+    st = braid_split(c, 0, 0, &child);
+  } else {
+    fail_tmp_alloc = rank == 1;
+    st = braid_init(NULL, &c);
+  }
+  const double took = now_s() - t0;
+  fail_tmp_alloc = 0;
+  const char *msg = braid_last_error(f->split ? c : NULL);
+  if (rank == 1) {
+    BT_CHECK(st == BRAID_ERR_NO_MEMORY, "the failing rank got %s: %s", braid_status_string(st), msg);
+    BT_CHECK(strstr(msg, "transfer buffers"), "the failing rank said: %s", msg);
+    /* Alive until every other rank has its answer. */
+    BT_CHECK(bt_await(f->checked, n - 1, 60), "the other ranks did not answer");
+  } else {
+    BT_CHECK(st == BRAID_ERR_PEER_LOST, "rank %d got %s: %s", rank, braid_status_string(st), msg);
+    BT_CHECK(strstr(msg, "rank 1 could not start"), "rank %d said: %s", rank, msg);
+    BT_CHECK(took < 10, "rank %d learned after %.1f s", rank, took);
+    atomic_fetch_add(f->checked, 1);
+  }
+  if (child) braid_destroy(child);
+  if (!f->split && st == BRAID_OK) braid_destroy(c);
+  return 0;
+}
+
+static int test_start_alloc_fails(void) {
+  static const char *const env[] = {"BRAID_TIMEOUT=60", "BRAID_INIT_TIMEOUT=60", NULL};
+  start_fail f = {bt_shared_counter(), 1};
+  int rc = run_env(3, body_start_fail, &f, env, -1, 120);
+  bt_rank_result res[3];
+  bt_run_opts o = {"shm", 3, 120, env, -1};
+  atomic_store(f.checked, 0);
+  f.split = 0;
+  if (!rc) rc = bt_run_ranks_manual(&o, body_start_fail, &f, res);
+  bt_shared_free(f.checked);
+  return rc;
 }
 
 /* ---------------------------------------------------------------- drift */
@@ -1380,6 +1450,54 @@ static int test_ring_stale_word(void) {
   return rc;
 }
 
+/* Ring call 2^31: entry 0's first word, last written by a broadcast
+   2^31 ring calls earlier (small reduces rooted at rank 0 never write it),
+   holds the same 31-bit count as this call's. The ranks run real calls,
+   then advance their ring counters as 2^31 - 192 such reduces would have
+   (nothing else of the state depends on them), run the last 64 for real
+   and broadcast from a late root: the readers must get the new value,
+   with the call check (not a false mismatch) and without (not the old
+   value). */
+static int body_ring_wrap(braid_comm *c, int rank, int n, void *arg) {
+  _Atomic int *step = arg;
+  shm_state *s = c->be;
+  int32_t v = rank == 1 ? 111 : -1, x = rank, sum = 0;
+  BT_CHECK_OK(braid_broadcast(c, &v, 1, BRAID_I32, 1), c); /* ring call 0: entry 0 */
+  BT_CHECK(v == 111, "the first broadcast gave %d", v);
+  for (int i = 0; i < 127; i++) BT_CHECK_OK(braid_reduce(c, &x, &sum, 1, BRAID_I32, BRAID_SUM, 0), c);
+  BT_CHECK_OK(braid_barrier(c), c);
+  const uint64_t jump = ((uint64_t)1 << 31) - 192;
+  s->bseq += jump;
+  atomic_fetch_add(&s->mine->bcast_done, jump);
+  BT_CHECK_OK(braid_barrier(c), c);
+  while (s->bseq < ((uint64_t)1 << 31)) BT_CHECK_OK(braid_reduce(c, &x, &sum, 1, BRAID_I32, BRAID_SUM, 0), c);
+  v = rank == 1 ? 222 : -1;
+  if (rank == 1) {
+    BT_CHECK(bt_await(step, n - 1, 30), "the readers never got to the broadcast");
+    usleep(100000); /* the readers wait in it */
+  } else {
+    atomic_fetch_add(step, 1);
+  }
+  BT_CHECK_OK(braid_broadcast(c, &v, 1, BRAID_I32, 1), c); /* ring call 2^31: entry 0 */
+  BT_CHECK(v == 222, "the broadcast of ring call 2^31 gave %d", v);
+  BT_CHECK_OK(braid_barrier(c), c);
+  return 0;
+}
+
+static int test_ring_wrap(void) {
+  static const char *const off[] = {"BRAID_CHECK=0", NULL}, *const on[] = {"BRAID_CHECK=1", NULL};
+  const char *const *envs[] = {off, on};
+  _Atomic int *step = bt_shared_counter();
+  BT_CHECK(step != NULL, "no shared mapping");
+  int rc = 0;
+  for (int i = 0; i < 2 && !rc; i++) {
+    atomic_store(step, 0);
+    rc = run_env(3, body_ring_wrap, (void *)step, envs[i], -1, 60);
+  }
+  bt_shared_free(step);
+  return rc;
+}
+
 static const bt_case cases[] = {
     {"coll_small", test_coll_small, 400},  {"coll_large", test_coll_large, 400},
     {"coll_large_nocma", test_coll_large_nocma, 400}, {"rooted_paths", test_rooted_paths, 400},
@@ -1396,7 +1514,8 @@ static const bt_case cases[] = {
     {"zc_p2p", test_zc_p2p, 120},         {"ag_mixed_placement", test_ag_mixed_placement, 60},
     {"pipes", test_pipes, 300},           {"container_profile", test_container_profile, 200},
     {"zc_late_receive", test_zc_late_receive, 60}, {"pipe_abandoned", test_pipe_abandoned, 60},
-    {"ring_stale_word", test_ring_stale_word, 60},
+    {"ring_stale_word", test_ring_stale_word, 60}, {"start_alloc_fails", test_start_alloc_fails, 300},
+    {"ring_wrap", test_ring_wrap, 120},
 };
 
 int main(int argc, char **argv) { return bt_main(argc, argv, cases, BT_COUNT(cases)); }

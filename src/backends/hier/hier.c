@@ -290,6 +290,7 @@ void hier_destroy(braid_comm *c, double timeout_s) {
     int healthy = 0;
     if (parts[i]) atomic_compare_exchange_strong(&parts[i]->failed, &healthy, failed);
   }
+  hier_p2p_let_go(c);
   free_parts(s, timeout_s);
   /* After the parts: their last sends may read staged host copies. */
   hier_p2p_free(c);

@@ -120,6 +120,9 @@ braid_status hier_isend(braid_comm *c, braid__req *r);
 braid_status hier_irecv(braid_comm *c, braid__req *r);
 braid_status hier_progress(braid_comm *c);
 braid_status hier_take(braid_comm *c, braid__req *r, braid__umsg *u);
+/* Before the parts are released: the parts' requests under hier's pending
+   ones go to the parts (freed now if complete, else with the parts). */
+void hier_p2p_let_go(braid_comm *c);
 void hier_p2p_free(braid_comm *c);
 
 #endif

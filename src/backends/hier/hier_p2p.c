@@ -205,6 +205,15 @@ braid_status hier_take(braid_comm *c, braid__req *r, braid__umsg *u) {
   return braid__fail_comm(c, BRAID_ERR_INTERNAL, "hier holds no unexpected messages of its own");
 }
 
+void hier_p2p_let_go(braid_comm *c) {
+  hier_state *s = c->be;
+  for (hier_req *h = s->pending; h; h = h->next)
+    if (h->inner) {
+      braid__req_abandon(h->sub, h->inner);
+      h->inner = NULL;
+    }
+}
+
 void hier_p2p_free(braid_comm *c) {
   hier_state *s = c->be;
   /* The parts drop their own requests as they are released. */

@@ -57,6 +57,12 @@ braid_status shm_wait_all(braid_comm *c, shm_state *s, uint64_t v, const char *w
    call's digest in the low half. */
 static inline uint64_t word_of(uint64_t k, uint32_t hash) { return (k & 0x7fffffffu) << 32 | hash; }
 static inline int word_is(uint64_t w, uint64_t k) { return (w >> 32) == (k & 0x7fffffffu); }
+/* From ring call 2^31 on, a ring entry's word left by a call 2^31 ring
+   calls earlier reads like the current one (an entry's first word is
+   rewritten only by some kinds of call): the writer's 64-bit count of
+   finished ring calls decides then. The flat slots need no such rule:
+   every exchange rewrites every rank's slot. */
+static inline int ring_wrapped(uint64_t b) { return b + 1 > 0x7fffffffu; }
 
 /* The newest entry of rank q's call log: its sequence number, 0 if none. */
 static uint64_t newest_logged(braid_comm *c, shm_state *s, int q, braid__desc *d) {
@@ -605,6 +611,9 @@ static braid_status ring_from_root(braid_comm *c, shm_state *s, const void *src,
     atomic_store_explicit(slot_seq(e), word_of(b + 1, s->chash), memory_order_release);
   } else {
     uint64_t w;
+    if (ring_wrapped(b))
+      SHM_WAIT_UNTIL(atomic_load_explicit(&shm_ctl_of(s, root)->bcast_done, memory_order_acquire) >= b + 1, root,
+                     call);
     SHM_WAIT_UNTIL(word_is(w = atomic_load_explicit(slot_seq(e), memory_order_acquire), b + 1), root, call);
     if ((uint32_t)w != s->chash && c->check) return mismatch(c, s, root);
     memcpy(dst, slot_data(e, total) + at, len);
@@ -679,6 +688,8 @@ static braid_status ring_to_root(braid_comm *c, shm_state *s, const void *src, s
     }
     char *sec = e + (size_t)q * stride;
     uint64_t w;
+    if (ring_wrapped(b))
+      SHM_WAIT_UNTIL(atomic_load_explicit(&shm_ctl_of(s, q)->bcast_done, memory_order_acquire) >= b + 1, q, call);
     SHM_WAIT_UNTIL(word_is(w = atomic_load_explicit(slot_seq(sec), memory_order_acquire), b + 1), q, call);
     if ((uint32_t)w != s->chash && c->check) return mismatch(c, s, q);
     /* A section's word may lie where an earlier call that used the entry

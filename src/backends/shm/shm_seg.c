@@ -407,6 +407,9 @@ static braid_status shm_init(braid_comm *c) {
   if (!s) return braid__fail(c, BRAID_ERR_NO_MEMORY, "out of memory for the shm backend");
   shm_params prm;
   braid_status st = read_params(c, &prm);
+  /* Whatever can fail on one rank alone comes before the segment: once
+     attached, the others wait for this rank's arrival in the segment. */
+  if (!st) st = alloc_tmp(c, s);
   if (st) {
     state_free(s);
     return st;
@@ -442,7 +445,6 @@ static braid_status shm_init(braid_comm *c) {
     if (!st) st = seg_open(c, s, name, deadline);
   }
   if (!st) st = attach_and_meet(c, s, name, deadline);
-  if (!st) st = alloc_tmp(c, s);
   if (st) {
     state_free(s);
     return st;
@@ -509,9 +511,10 @@ static braid_status shm_split(braid_comm *parent, braid_comm *child, const int *
   snprintf(name, sizeof name, "/braid-%u-%d-%llx", (unsigned)getuid(), (int)ps->pids[members[0]],
            (unsigned long long)child->id);
   double deadline = braid__deadline(child->timeout_s);
-  braid_status st = child->rank == 0 ? seg_create(child, s, name) : seg_open(child, s, name, deadline);
+  /* As in shm_init: what one rank alone can fail comes before attaching. */
+  braid_status st = alloc_tmp(child, s);
+  if (!st) st = child->rank == 0 ? seg_create(child, s, name) : seg_open(child, s, name, deadline);
   if (!st) st = attach_and_meet(child, s, name, deadline);
-  if (!st) st = alloc_tmp(child, s);
   if (st) {
     state_free(s);
     return st;

@@ -914,18 +914,21 @@ static int body_leave(braid_comm *c, int rank, int n, void *arg) {
    reading late, learns that rank 0 left rather than that it vanished. */
 static int body_leave_abandoned(braid_comm *c, int rank, int n, void *arg) {
   (void)n;
-  (void)arg;
+  _Atomic int *leaving = arg;
   static char buf[64 << 10];
   char x = 1;
   if (rank == 0) {
     BT_CHECK_OK(braid_send(c, &x, 1, BRAID_U8, 1, 4), c); /* the socket to rank 1 is up */
     BT_CHECK_OK(braid_sync(c), c);
     for (int i = 0; i < 64; i++) BT_CHECK_OK(braid_send(c, buf, sizeof buf, BRAID_U8, 1, 5), c);
+    atomic_store(leaving, 1);
     return 0; /* the harness destroys the communicator */
   }
   BT_CHECK_OK(braid_recv(c, &x, 1, BRAID_U8, 0, 4), c);
   BT_CHECK_OK(braid_sync(c), c);
-  usleep(2500000); /* past rank 0's destroy timeout, well within twice it */
+  BT_CHECK(bt_await(leaving, 1, 60), "rank 0 never got to braid_destroy");
+  /* Past rank 0's destroy timeout (2 s) from its start, well within twice it. */
+  usleep(2500000);
   braid_status st = braid_recv(c, &x, 1, BRAID_U8, 0, 6);
   if (st == BRAID_OK) st = braid_sync(c);
   BT_CHECK(st == BRAID_ERR_PEER_LOST, "got %s: %s", braid_status_string(st), braid_last_error(c));
@@ -937,7 +940,12 @@ static int test_leave(void) {
   static const char *const env[] = {"BRAID_TCP_EAGER_MAX=16K", "BRAID_TCP_BUFFER=16K", "BRAID_TIMEOUT=30", NULL};
   static const char *const abandon[] = {"BRAID_TCP_EAGER_MAX=64K", "BRAID_TCP_BUFFER=16K", "BRAID_DESTROY_TIMEOUT=2",
                                         "BRAID_TIMEOUT=30", NULL};
-  return run_env(3, body_leave, NULL, env, -1, 120) || run_env(2, body_leave_abandoned, NULL, abandon, -1, 60);
+  if (run_env(3, body_leave, NULL, env, -1, 120)) return 1;
+  _Atomic int *leaving = bt_shared_counter();
+  BT_CHECK(leaving != NULL, "no shared mapping");
+  int rc = run_env(2, body_leave_abandoned, (void *)leaving, abandon, -1, 60);
+  bt_shared_free(leaving);
+  return rc;
 }
 
 /* ---------------------------------------------------------------- strangers */

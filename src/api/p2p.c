@@ -76,8 +76,10 @@ braid_status braid_sync(braid_comm *c) {
   braid_status st = braid__enter(c, "braid_sync");
   if (st) return st;
   braid__trace_begin(c, BRAID__TRACE_SYNC, (uint64_t)c->npending, BRAID_U8, 0, braid__pending_peer(c));
-  /* An error found earlier is reported before waiting on. */
-  if (!c->deferred) st = braid__wait_idle(c);
+  /* Every pending operation completes first, even when a mismatch found
+     earlier is waiting to be reported (as a barrier does): the caller may
+     then read every other receive's buffer. */
+  st = braid__wait_idle(c);
   braid__reap(c);
   if (st) return braid__leave(c, st);
   if (c->deferred) {

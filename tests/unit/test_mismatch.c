@@ -361,6 +361,73 @@ static int test_p2p_mismatch_then_barrier(void) {
   return 0;
 }
 
+/* A mismatch found before braid_sync (here while posting another receive)
+   is reported by that sync only after it has completed every other
+   pending operation, as braid_sync promises. Rank 1 sends the last two
+   messages only once rank 0 is about to sync. */
+static int body_sync_after_mismatch(braid_comm *c, int rank, int n, void *arg) {
+  (void)n;
+  _Atomic int *step = arg;
+  enum { BIG = 1 << 20 };
+  char *big = calloc(BIG, 1);
+  BT_CHECK(big != NULL, "out of memory");
+  double a[3] = {1, 2, 3};
+  int32_t small = 0, w = 1;
+  /* tcp connects on first use, and the waits below make no progress. */
+  if (rank < 2) {
+    BT_CHECK_OK(braid_send(c, &w, 1, BRAID_I32, 1 - rank, 9), c);
+    BT_CHECK_OK(braid_recv(c, &w, 1, BRAID_I32, 1 - rank, 9), c);
+    BT_CHECK_OK(braid_sync(c), c);
+  }
+  if (rank == 0) {
+    BT_CHECK_OK(braid_recv(c, a, 2, BRAID_F64, 1, 1), c); /* 2 elements where 3 come */
+    BT_CHECK_OK(braid_recv(c, big, BIG, BRAID_U8, 1, 2), c);
+    atomic_store(step, 1);
+    BT_CHECK(bt_await(step, 2, 60), "rank 1 never sent the first message");
+    BT_CHECK_OK(braid_recv(c, &small, 1, BRAID_I32, 1, 4), c); /* its progress meets the mismatch */
+    atomic_store(step, 3);
+    braid_status st = braid_sync(c);
+    BT_CHECK(st == BRAID_ERR_MISMATCH, "sync got %s: %s", braid_status_string(st), braid_last_error(c));
+    BT_CHECK_MSG(c, "tag 1 has 3 elements");
+    BT_CHECK(big[0] == 9 && big[BIG - 1] == 9 && small == 44, "the other receives were not complete after the sync");
+    BT_CHECK_OK(braid_recv(c, a, 3, BRAID_F64, 1, 1), c); /* the message was kept */
+    BT_CHECK_OK(braid_sync(c), c);
+    BT_CHECK(a[0] == 7 && a[2] == 9, "the kept message holds %g %g", a[0], a[2]);
+  } else if (rank == 1) {
+    BT_CHECK(bt_await(step, 1, 60), "rank 0 never posted its receives");
+    a[0] = 7, a[1] = 8, a[2] = 9;
+    BT_CHECK_OK(braid_send(c, a, 3, BRAID_F64, 0, 1), c);
+    BT_CHECK_OK(braid_sync(c), c);
+    atomic_store(step, 2);
+    BT_CHECK(bt_await(step, 3, 60), "rank 0 never got to its sync");
+    memset(big, 9, BIG);
+    small = 44;
+    BT_CHECK_OK(braid_send(c, big, BIG, BRAID_U8, 0, 2), c);
+    BT_CHECK_OK(braid_send(c, &small, 1, BRAID_I32, 0, 4), c);
+    BT_CHECK_OK(braid_sync(c), c);
+  }
+  free(big);
+  return 0;
+}
+
+static int test_sync_after_mismatch(void) {
+  static const char *const env[] = {"BRAID_TIMEOUT=60", NULL};
+  const char *names[8];
+  int maxr[8], nb = bt_backends(names, maxr, 8);
+  _Atomic int *step = bt_shared_counter();
+  BT_CHECK(step, "cannot map a shared counter");
+  int rc = 0;
+  for (int b = 0; b < nb && !rc; b++) {
+    if (maxr[b] < 2) continue;
+    atomic_store(step, 0);
+    bt_run_opts o = {names[b], 2, 60, env, -1};
+    if ((rc = bt_run_ranks_ex(&o, body_sync_after_mismatch, (void *)step, NULL)))
+      fprintf(stderr, "backend %s failed\n", names[b]);
+  }
+  bt_shared_free(step);
+  return rc;
+}
+
 int main(int argc, char **argv) {
   static const bt_case cases[] = {
       {"shm_native", test_shm_native, 600},
@@ -369,6 +436,7 @@ int main(int argc, char **argv) {
       BT_CASE(test_matching_calls_pass),
       BT_CASE(test_shm_two_roots),
       BT_CASE(test_p2p_mismatch_then_barrier),
+      BT_CASE(test_sync_after_mismatch),
   };
   return bt_main(argc, argv, cases, BT_COUNT(cases));
 }

@@ -33,7 +33,7 @@ static double now_s(void) {
 static int run_env(int n, bt_body body, void *arg, const char *const *env, int expect_fail_rank, double timeout) {
   int before = bt_dead_shm_names(1);
   bt_run_opts o = {"shm", n, timeout, env, expect_fail_rank};
-  bt_rank_result res[16];
+  bt_rank_result res[128];
   int rc = bt_run_ranks_ex(&o, body, arg, res);
   if (expect_fail_rank >= 0) {
     rc = 0;
@@ -1498,6 +1498,49 @@ static int test_ring_wrap(void) {
   return rc;
 }
 
+/* Messages of one (source, tag) stay in order when the ring to their
+   destination fills, for every destination rank, past 64 too: rank 0
+   queues 32 eager messages of 8 KiB (the last does not fit the ring) and
+   then one of 4 bytes, which would fit, to the last rank, which drains
+   nothing until all are issued. */
+static int body_order_last(braid_comm *c, int rank, int n, void *arg) {
+  _Atomic int *issued = arg;
+  enum { NB = 32, BIG = 2048 };
+  const int dst = n - 1;
+  float *b = calloc(NB * BIG, sizeof *b), one = rank == 0 ? -1.0f : 0.0f;
+  BT_CHECK(b != NULL, "out of memory");
+  if (rank == 0) {
+    for (int i = 0; i < NB * BIG; i++) b[i] = (float)i;
+    for (int i = 0; i < NB; i++) BT_CHECK_OK(braid_send(c, b + i * BIG, BIG, BRAID_F32, dst, 1), c);
+    BT_CHECK_OK(braid_send(c, &one, 1, BRAID_F32, dst, 1), c);
+    atomic_store(issued, 1);
+    BT_CHECK_OK(braid_sync(c), c);
+  } else if (rank == dst) {
+    BT_CHECK(bt_await(issued, 1, 60), "rank 0 never issued its sends");
+    for (int i = 0; i < NB; i++) BT_CHECK_OK(braid_recv(c, b + i * BIG, BIG, BRAID_F32, 0, 1), c);
+    BT_CHECK_OK(braid_recv(c, &one, 1, BRAID_F32, 0, 1), c);
+    BT_CHECK_OK(braid_sync(c), c);
+    for (int i = 0; i < NB * BIG; i++) BT_CHECK(b[i] == (float)i, "element %d of the large messages is %g", i, (double)b[i]);
+    BT_CHECK(one == -1.0f, "the small message holds %g", (double)one);
+  }
+  free(b);
+  return 0;
+}
+
+static int test_order_many_ranks(void) {
+  static const char *const env[] = {"BRAID_SHM_BUFFER=64K", NULL};
+  _Atomic int *issued = bt_shared_counter();
+  BT_CHECK(issued != NULL, "no shared mapping");
+  int rc = 0;
+  static const int sizes[] = {2, 64, 65};
+  for (size_t i = 0; i < BT_COUNT(sizes) && !rc; i++) {
+    atomic_store(issued, 0);
+    rc = run_env(sizes[i], body_order_last, (void *)issued, env, -1, 240);
+  }
+  bt_shared_free(issued);
+  return rc;
+}
+
 static const bt_case cases[] = {
     {"coll_small", test_coll_small, 400},  {"coll_large", test_coll_large, 400},
     {"coll_large_nocma", test_coll_large_nocma, 400}, {"rooted_paths", test_rooted_paths, 400},
@@ -1515,7 +1558,7 @@ static const bt_case cases[] = {
     {"pipes", test_pipes, 300},           {"container_profile", test_container_profile, 200},
     {"zc_late_receive", test_zc_late_receive, 60}, {"pipe_abandoned", test_pipe_abandoned, 60},
     {"ring_stale_word", test_ring_stale_word, 60}, {"start_alloc_fails", test_start_alloc_fails, 300},
-    {"ring_wrap", test_ring_wrap, 120},
+    {"ring_wrap", test_ring_wrap, 120},  {"order_many_ranks", test_order_many_ranks, 300},
 };
 
 int main(int argc, char **argv) { return bt_main(argc, argv, cases, BT_COUNT(cases)); }

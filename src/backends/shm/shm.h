@@ -246,6 +246,8 @@ typedef struct shm_state {
   shm_req *active;              /* matched receives that pull or stream their message */
   int npulls;                   /* of those, receives waiting to pull by single copy */
   shm_ctrl **ctrl_q;            /* per destination: control records waiting for ring space */
+  uint32_t *stalled;            /* per destination: the send pass in which its queue last found its ring full */
+  uint32_t pass;                /* send passes (flush) so far */
   shm_cursor *cur;              /* per peer */
   shm_pipe *pipes;              /* per peer */
   uint64_t next_id;

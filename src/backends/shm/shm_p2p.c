@@ -382,12 +382,17 @@ static braid_status flush(braid_comm *c, shm_state *s) {
       free(k);
     }
   }
-  uint64_t blocked_lo = 0; /* bit per destination < 64 whose queue stalled this pass */
+  /* A destination whose first queued send found its ring full takes no
+     later send this pass: a smaller one that fits would overtake it. The
+     pass number marks them (never 0, the value of one not yet stalled). */
+  if (++s->pass == 0) {
+    memset(s->stalled, 0, sizeof *s->stalled * (size_t)s->n);
+    s->pass = 1;
+  }
   for (shm_req **link = &s->sends; *link;) {
     shm_req *o = *link;
     int dest = o->base.peer;
-    int bit = dest < 64;
-    if (bit && (blocked_lo >> dest & 1)) {
+    if (s->stalled[dest] == s->pass) {
       link = &o->snext;
       continue;
     }
@@ -407,7 +412,7 @@ static braid_status flush(braid_comm *c, shm_state *s) {
         payload = &z;
       }
       if (!ring_put(c, s, dest, &h, payload, h.len)) {
-        if (bit) blocked_lo |= 1ull << dest;
+        s->stalled[dest] = s->pass;
         link = &o->snext;
         continue;
       }

@@ -252,6 +252,7 @@ static void state_free(shm_state *s) {
   free(s->pids);
   free(s->pidfds);
   free(s->ctrl_q);
+  free(s->stalled);
   free(s->cur);
   free(s->zmaps);
   free(s->zepoch);
@@ -267,6 +268,7 @@ static shm_state *state_new(int n, int me) {
   s->pids = calloc((size_t)n, sizeof *s->pids);
   s->pidfds = calloc((size_t)n, sizeof *s->pidfds);
   s->ctrl_q = calloc((size_t)n, sizeof *s->ctrl_q);
+  s->stalled = calloc((size_t)n, sizeof *s->stalled);
   s->cur = calloc((size_t)n, sizeof *s->cur);
   s->zmaps = calloc((size_t)n * SHM_ZMAP_CAP, sizeof *s->zmaps);
   s->zepoch = calloc((size_t)n, sizeof *s->zepoch);
@@ -277,7 +279,7 @@ static shm_state *state_new(int n, int me) {
   for (int q = 0; q < n && s->pidfds; q++) s->pidfds[q] = -1;
   for (int q = 0; q < n && s->pipes; q++)
     for (int i = 0; i < 2; i++) s->pipes[q].rd[i] = s->pipes[q].wr[i] = s->pipes[q].out[i] = -1;
-  if (!s->pids || !s->pidfds || !s->ctrl_q || !s->cur || !s->zmaps || !s->zepoch || !s->pipes) {
+  if (!s->pids || !s->pidfds || !s->ctrl_q || !s->stalled || !s->cur || !s->zmaps || !s->zepoch || !s->pipes) {
     state_free(s);
     return NULL;
   }

@@ -128,6 +128,7 @@ typedef struct braid__coll_args {
   int root;
   size_t bytes; /* per rank's buffer or block, for the selection table */
   const size_t *send_counts, *send_displs, *recv_counts, *recv_displs; /* all-to-allv */
+  uint64_t before; /* a barrier queued in a group: its sync covers the user operations numbered below this (0: all) */
 } braid__coll_args;
 
 /* Runs a checked call on c (locked; braid__enter done): the call's

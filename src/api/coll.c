@@ -193,8 +193,10 @@ braid_status braid__coll_run(braid_comm *c, const braid__coll_args *a) {
   braid_status st;
   const int barrier = a->kind == BRAID__COLL_BARRIER;
   if (barrier) {
-    /* Implies braid_sync: this rank's operations complete (and are freed) first. */
-    st = braid__wait_idle(c);
+    /* Implies braid_sync: this rank's operations complete (and are freed)
+       first; queued in a group, those issued before it, not the group's
+       later ones, whose peers may send only after their own barrier. */
+    st = a->before ? braid__wait_user_before(c, a->before) : braid__wait_idle(c);
     braid__reap(c);
     if (st) return st;
   }
@@ -235,6 +237,7 @@ static inline void args_init(braid__coll_args *a, braid__coll_kind kind, const v
   a->root = root;
   a->bytes = 0;
   a->send_counts = a->send_displs = a->recv_counts = a->recv_displs = NULL;
+  a->before = 0;
 }
 
 static braid_status bad_overlap(braid_comm *c, const char *a, const char *b, const char *where) {

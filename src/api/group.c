@@ -32,6 +32,8 @@ braid_status braid__group_queue(braid_comm *c, const braid__coll_args *a) {
   g->next = NULL;
   g->c = c;
   g->a = *a;
+  /* The user operations posted so far, plus one: never 0. */
+  if (a->kind == BRAID__COLL_BARRIER) g->a.before = c->user_posted + 1;
   if (v) { /* in place (send == recv) the send arrays are not read: NULL, or of any length */
     const size_t *src[4] = {a->recv_counts, a->recv_displs, a->send_counts, a->send_displs};
     const size_t **dst[4] = {&g->a.recv_counts, &g->a.recv_displs, &g->a.send_counts, &g->a.send_displs};

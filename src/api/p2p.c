@@ -10,6 +10,7 @@
 /* A request still in flight stays on the pending list until braid_sync. */
 static void keep(braid_comm *c, braid__req *r) {
   r->user = 1;
+  r->ord = c->user_posted++;
   if (r->done && r->status == BRAID_OK) {
     braid__req_release(c, r);
     return;

@@ -248,6 +248,7 @@ struct braid_comm {
   int releasing;                /* braid_destroy handed the unfinished requests to the backend */
   braid__req *orphans;          /* completed while releasing: nobody else holds them */
   braid__req *pending, **pending_tail; /* user operations until braid_sync */
+  uint64_t user_posted;         /* user operations posted so far (braid__req.ord) */
   int npending;                 /* requests started and not complete (user and internal) */
   uint64_t moved;               /* bumped by the backend whenever data moves */
   braid_status deferred;        /* first error found while matching, reported by braid_sync */

@@ -36,6 +36,7 @@ struct braid__req {
   braid__msg_hdr h;        /* tag, count, dtype, descriptor */
   void *buf;               /* const for sends */
   size_t bytes;
+  uint64_t ord;            /* user operations: the communicator's count of them when this one was posted */
 };
 
 typedef struct braid_comm braid_comm;

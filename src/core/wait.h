@@ -70,6 +70,10 @@ static inline void braid__wait_end(braid_comm *c, braid__waiter *w) {
 braid_status braid__wait_reqs(braid_comm *c, braid__req *const *reqs, int n);
 /* Waits until c has no pending operation (braid_sync). */
 braid_status braid__wait_idle(braid_comm *c);
+/* Waits for the user operations posted while c->user_posted was below
+   before - 1 only (a barrier queued in a group: not the group's later
+   sends and receives). */
+braid_status braid__wait_user_before(braid_comm *c, uint64_t before);
 
 /* Describes the oldest pending point-to-point operation of c, for messages. */
 void braid__describe_pending(braid_comm *c, char *out, size_t len);

@@ -163,6 +163,51 @@ static int inplace_a2av_body(braid_comm *c, int rank, int n, void *arg) {
 
 static int test_in_place_alltoallv(void) { return for_backends(1, 3, 120, inplace_a2av_body); }
 
+/* A barrier queued in a group covers the sends and receives issued
+   before it, not the group's later ones: rank 0's later receive is sent
+   only after rank 1's own barrier, which would never come if rank 0's
+   barrier waited for it. The earlier receive is complete when
+   braid_group_end returns. */
+static int barrier_body(braid_comm *c, int rank, int n, void *arg) {
+  (void)arg;
+  int32_t early = -1, late = -1, v = 5;
+  if (rank == 0) {
+    BT_CHECK_OK(braid_group_start(), NULL);
+    BT_CHECK_OK(braid_recv(c, &early, 1, BRAID_I32, 1, 5), c);
+    BT_CHECK_OK(braid_barrier(c), c);
+    BT_CHECK_OK(braid_recv(c, &late, 1, BRAID_I32, 1, 7), c);
+    BT_CHECK_OK(braid_group_end(), NULL);
+    BT_CHECK(early == 5, "the receive issued before the barrier holds %d after braid_group_end", early);
+    BT_CHECK_OK(braid_sync(c), c);
+    BT_CHECK(late == 7, "the receive issued after the barrier holds %d", late);
+  } else {
+    if (rank == 1) BT_CHECK_OK(braid_send(c, &v, 1, BRAID_I32, 0, 5), c);
+    BT_CHECK_OK(braid_group_start(), NULL);
+    BT_CHECK_OK(braid_barrier(c), c);
+    BT_CHECK_OK(braid_group_end(), NULL);
+    v = 7;
+    if (rank == 1) BT_CHECK_OK(braid_send(c, &v, 1, BRAID_I32, 0, 7), c);
+    BT_CHECK_OK(braid_sync(c), c);
+  }
+  (void)n;
+  return 0;
+}
+
+static int test_barrier_before_later_receive(void) {
+  static const char *const env[] = {"BRAID_TIMEOUT=30", NULL};
+  const char *names[8];
+  int maxr[8], nb = bt_backends(names, maxr, 8);
+  for (int b = 0; b < nb; b++)
+    for (int n = 2; n <= 3 && n <= maxr[b]; n++) {
+      bt_run_opts o = {names[b], n, 60, env, -1};
+      if (bt_run_ranks_ex(&o, barrier_body, NULL, NULL)) {
+        fprintf(stderr, "group: barrier, backend %s, %d ranks failed\n", names[b], n);
+        return 1;
+      }
+    }
+  return 0;
+}
+
 int main(int argc, char **argv) {
   static const bt_case cases[] = {
       {"ring_exchange_64mib", test_ring_exchange_64mib, 600},
@@ -170,6 +215,7 @@ int main(int argc, char **argv) {
       BT_CASE(test_order),
       BT_CASE(test_first_error),
       BT_CASE(test_in_place_alltoallv),
+      BT_CASE(test_barrier_before_later_receive),
   };
   return bt_main(argc, argv, cases, BT_COUNT(cases));
 }

@@ -88,6 +88,17 @@ static int test_shapes(void) {
       return 1;
     }
   }
+  /* Each path of blocks above the slots alone (by default rank 0 times both). */
+  static const char *const staged[] = {"BRAID_SHM_A2A=staged", NULL}, *const single[] = {"BRAID_SHM_A2A=single", NULL};
+  const char *const *paths[] = {staged, single};
+  for (int m = 0; m < 2; m++)
+    for (int n = 2; n <= 4; n++) {
+      bt_run_opts o = {"shm", n, 300, paths[m], -1};
+      if ((!bt_quick() || n == 3) && bt_run_ranks_ex(&o, shapes_body, NULL, NULL)) {
+        fprintf(stderr, "alltoallv: backend shm with %s, %d ranks failed\n", paths[m][0], n);
+        return 1;
+      }
+    }
   return 0;
 }
 

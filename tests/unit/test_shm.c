@@ -1541,6 +1541,55 @@ static int test_order_many_ranks(void) {
   return rc;
 }
 
+/* Large all-to-alls (above the slots) by each path (BRAID_SHM_A2A: staged
+   rounds, single copy, or rank 0 timing both, whose first calls of a size
+   class take them in turn): out of place and in place, several calls of
+   each size, every element checked. */
+static int body_a2a_paths(braid_comm *c, int rank, int n, void *arg) {
+  (void)arg;
+  static const size_t counts[] = {20000, 70000, 300000}; /* i32 per block */
+  for (size_t z = 0; z < BT_COUNT(counts); z++) {
+    const size_t cnt = counts[z], total = cnt * (size_t)n;
+    int32_t *snd = malloc(total * sizeof *snd), *rcv = malloc(total * sizeof *rcv);
+    BT_CHECK(snd && rcv, "out of memory");
+    for (int it = 0; it < 6; it++) {
+      const int inplace = it & 1;
+      for (int j = 0; j < n; j++)
+        for (size_t k = 0; k < cnt; k++) snd[(size_t)j * cnt + k] = (int32_t)(rank * 7919 + j * 104729 + (int)k + it);
+      if (inplace) memcpy(rcv, snd, total * sizeof *snd);
+      else memset(rcv, 0xCD, total * sizeof *rcv);
+      BT_CHECK_OK(braid_all_to_all(c, inplace ? rcv : snd, rcv, cnt, BRAID_I32), c);
+      BT_CHECK_OK(braid_sync(c), c);
+      for (int j = 0; j < n; j++)
+        for (size_t k = 0; k < cnt; k++)
+          if (rcv[(size_t)j * cnt + k] != (int32_t)(j * 7919 + rank * 104729 + (int)k + it))
+            BT_CHECK(0, "count %zu call %d: element %zu from rank %d", cnt, it, k, j);
+    }
+    free(snd);
+    free(rcv);
+  }
+  return 0;
+}
+
+static int test_a2a_paths(void) {
+  static const char *const staged[] = {"BRAID_SHM_A2A=staged", NULL}, *const single[] = {"BRAID_SHM_A2A=single", NULL},
+                           *const autom[] = {"BRAID_SHM_A2A=auto", NULL};
+  const char *const *envs[] = {staged, single, autom};
+  for (int e = 0; e < 3; e++)
+    for (int n = 2; n <= 3; n++)
+      if (run_env(n, body_a2a_paths, NULL, envs[e], -1, 120)) {
+        fprintf(stderr, "all-to-all with %s, %d ranks failed\n", envs[e][0], n);
+        return 1;
+      }
+  /* A value that is not one: braid_init says so. */
+  static const char *const bad[] = {"BRAID_SHM_A2A=fastest", NULL};
+  bt_rank_result res[2];
+  bt_run_opts o = {"shm", 2, 60, bad, -1};
+  int rc = bt_run_ranks_ex(&o, body_a2a_paths, NULL, res);
+  BT_CHECK(rc != 0, "braid_init accepted BRAID_SHM_A2A=fastest");
+  return 0;
+}
+
 static const bt_case cases[] = {
     {"coll_small", test_coll_small, 400},  {"coll_large", test_coll_large, 400},
     {"coll_large_nocma", test_coll_large_nocma, 400}, {"rooted_paths", test_rooted_paths, 400},
@@ -1559,6 +1608,7 @@ static const bt_case cases[] = {
     {"zc_late_receive", test_zc_late_receive, 60}, {"pipe_abandoned", test_pipe_abandoned, 60},
     {"ring_stale_word", test_ring_stale_word, 60}, {"start_alloc_fails", test_start_alloc_fails, 300},
     {"ring_wrap", test_ring_wrap, 120},  {"order_many_ranks", test_order_many_ranks, 300},
+    {"a2a_paths", test_a2a_paths, 300},
 };
 
 int main(int argc, char **argv) { return bt_main(argc, argv, cases, BT_COUNT(cases)); }

@@ -32,6 +32,7 @@
 #define SHM_SPLICE_AG_MAX ((size_t)1 << 20)
 #define SHM_ROTATE ((size_t)512 << 10)      /* calls staging up to this much per rank rotate (see rotate) */
 #define SHM_ROTATE_REGION ((size_t)2 << 20) /* ... through this much of their region */
+#define SHM_A2A_CLASSES 16 /* size classes of large all-to-all(v) calls: 128 KiB and less, then by 2x */
 #define SHM_NT_MIN ((size_t)16 << 20)          /* transfers from this size copy out with streaming stores */
 #define SHM_BRING 64u                          /* entries of the small-broadcast ring */
 #define SHM_PREFETCH_MAX 1024u                 /* bytes of the next ring entry fetched ahead */
@@ -94,12 +95,15 @@ typedef struct shm_dlog {
    publishes), the sleep doorbell, rarely written identity and the
    braid-memory announcement, each in its own cache line. (The call logs
    are a region of their own, away from the lines every call touches.) */
+typedef struct shm_a2a_class shm_a2a_class;
+
 typedef struct shm_ctl {
   _Alignas(SHM_CL) _Atomic uint64_t flag;
   _Atomic uint64_t bcast_done;  /* ring calls (small broadcasts, scatters, gathers, reduces) this rank has finished */
   _Atomic uint64_t stream_done; /* chunks of streamed broadcasts this rank has written (root) or copied out */
   uint64_t addr;                /* this rank's buffer, for peers' single copy */
   _Atomic uint32_t dhash;       /* digest of the collective its phase posts belong to */
+  _Atomic uint64_t a2a_pick[2]; /* rank 0: paths of large all-to-all(v) calls (shm_coll.c) */
   _Alignas(SHM_CL) _Atomic uint32_t futex;
   _Atomic uint32_t sleeping;
   _Alignas(SHM_CL) int32_t pid;
@@ -246,6 +250,16 @@ typedef struct shm_state {
   shm_req *active;              /* matched receives that pull or stream their message */
   int npulls;                   /* of those, receives waiting to pull by single copy */
   shm_ctrl **ctrl_q;            /* per destination: control records waiting for ring space */
+  /* Rank 0: timings of the two paths of large all-to-all(v) calls, per
+     kind and size class, and the choices published for the next call. */
+  struct shm_a2a_class {
+    uint64_t calls;
+    double time[2];
+    int seen[2];
+  } a2a[2][SHM_A2A_CLASSES];
+  uint32_t a2a_mask[2];
+  uint64_t a2a_calls[2]; /* large calls of each kind so far */
+  int a2a_mode;          /* rank 0: BRAID_SHM_A2A, 0 auto, 1 staged, 2 single copy */
   uint32_t *stalled;            /* per destination: the send pass in which its queue last found its ring full */
   uint32_t pass;                /* send passes (flush) so far */
   shm_cursor *cur;              /* per peer */
@@ -317,6 +331,12 @@ static inline void shm_copy_out(void *dst, const void *src, size_t len, size_t t
       braid__wait_end(c, &w_);                                        \
     }                                                                 \
   } while (0)
+
+/* BRAID_SHM_A2A's value as s->a2a_mode (-1: not a value). */
+int shm_a2a_mode(const char *m);
+/* Rank 0 publishes the first choices of paths for large all-to-all(v)
+   calls; after attaching, before its arrival post. */
+void shm_a2a_setup(shm_state *s);
 
 /* shm_wait.c: the waiting hooks of the transport contract. */
 int shm_arm(braid_comm *c);

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "backends/shm/shm.h"
+#include "os/time.h"
 
 static size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
@@ -1184,6 +1185,177 @@ static braid_status a2a_staged(braid_comm *c, shm_state *s, const char *send, ch
   return st ? st : shm_wait_all(c, s, s->ph, what);
 }
 
+/* Rank q's all-to-allv header in its slot of parity p: total or NOFIT,
+   then its n counts; for a total, its blocks follow. */
+static const uint64_t *a2av_head(shm_state *s, int q, int p) {
+  return (const uint64_t *)(const void *)slot_data(slot_of(s, q, p), SHM_SLOT_DATA);
+}
+#define A2AV_NOFIT UINT64_MAX
+#define A2AV_HEAD(n) (8 * (1 + (size_t)(n))) /* bytes before a fitting rank's blocks */
+/* A rank whose blocks do not fit follows its counts with its n
+   displacements and its send buffer's address (for single copy). */
+#define A2AV_DISPL(n, j) (1 + (size_t)(n) + (size_t)(j))
+#define A2AV_ADDR(n) (1 + 2 * (size_t)(n))
+#define A2AV_WORDS(n) (2 + 2 * (size_t)(n))
+
+/* This rank's block in the slot of q, whose blocks fit: packed in rank order
+   after q's header. */
+static const char *a2av_slot_block(shm_state *s, int q, int p, size_t es) {
+  const uint64_t *qh = a2av_head(s, q, p);
+  size_t off = A2AV_HEAD(s->n);
+  for (int j = 0; j < s->me; j++) off += (size_t)qh[1 + j] * es;
+  return (const char *)qh + off;
+}
+
+/* All-to-all(v) by single copy: every rank's send buffer is where its
+   peers find it (the address in its control line, or, for all-to-allv,
+   in its header with its displacements), and each rank reads its block
+   out of every peer's with a process_vm_readv; the end barrier keeps the
+   buffers as they are until all have read. In place the incoming blocks
+   land in scratch first and overwrite the buffer after that barrier.
+   check: one post announces the buffers and carries the call check (an
+   all-to-allv's header exchange already did both: from = the header's
+   parity). */
+static braid_status a2a_direct(braid_comm *c, shm_state *s, const char *send, char *recv, const a2a_plan *pl,
+                               int from, const char *what) {
+  const int n = s->n, me = s->me, inplace = send == recv;
+  braid_status st;
+  if (from < 0) {
+    shm_ctl_of(s, me)->addr = (uint64_t)(uintptr_t)send;
+    shm_post(s);
+    if ((st = shm_wait_all(c, s, s->ph, what)) || (st = check_posts(c, s))) return st;
+  }
+  size_t need = 0, at, len;
+  for (int q = 0; q < n && inplace; q++)
+    if (q != me) plan_recv(pl, q, &at, &len), need += len;
+  char *land = NULL;
+  if (need && !(land = braid__scratch(c, 0, need))) return (braid_status)atomic_load(&c->failed);
+  size_t so, sl;
+  plan_send(pl, me, &so, &sl);
+  plan_recv(pl, me, &at, &len);
+  if (!inplace && len) memcpy(recv + at, send + so, len);
+  size_t put = 0;
+  for (int i = 1; i < n; i++) {
+    const int q = (me + i) % n; /* spread the readers over the sources */
+    plan_recv(pl, q, &at, &len);
+    if (!len) continue;
+    char *to = inplace ? land + put : recv + at;
+    put += len;
+    if (from < 0) {
+      st = shm_cma_read(c, s, q, to, shm_ctl_of(s, q)->addr + (uint64_t)me * pl->uni, len);
+    } else {
+      const uint64_t *qh = a2av_head(s, q, from);
+      if (qh[0] != A2AV_NOFIT) /* its blocks are in its slot */
+        memcpy(to, a2av_slot_block(s, q, from, pl->es), len);
+      else
+        st = shm_cma_read(c, s, q, to, qh[A2AV_ADDR(n)] + qh[A2AV_DISPL(n, me)] * pl->es, len);
+    }
+    if (st) return st;
+  }
+  shm_post(s);
+  if ((st = shm_wait_all(c, s, s->ph, what))) return st;
+  put = 0;
+  for (int i = 1; i < n && inplace; i++) {
+    const int q = (me + i) % n;
+    plan_recv(pl, q, &at, &len);
+    if (len) memcpy(recv + at, land + put, len);
+    put += len;
+  }
+  return BRAID_OK;
+}
+
+/* Which of the two moves large blocks faster depends on the host: staged
+   rounds copy every byte twice and read lines the peer has just written;
+   single copy reads each block once, by a system call per peer. On one
+   VM each won by up to 2x, depending on its start (docs/PERFORMANCE.md).
+   So rank 0 times both for each size class, the first calls of a class
+   taking them in turn and then every A2A_RETRY-th the one not chosen, and
+   tells the others: its control line carries, for the large call k of
+   this kind, one bit per class (1: single copy), written when it finished
+   call k - 1. BRAID_SHM_A2A fixes the choice (rank 0's value counts). */
+#define A2A_TRY 4
+#define A2A_RETRY 256
+
+static int a2a_class(size_t most) {
+  int k = 0;
+  while (k < SHM_A2A_CLASSES - 1 && most >= ((size_t)128 << 10) << k) k++;
+  return k;
+}
+
+/* Rank 0: the choice for a class's next call. */
+static int a2a_next(const shm_a2a_class *t, int mode) {
+  if (mode) return mode == 2;
+  if (t->calls < A2A_TRY) return (int)(t->calls & 1);
+  const int best = t->time[1] < t->time[0];
+  return t->calls % A2A_RETRY == 0 ? !best : best;
+}
+
+static void a2a_publish(shm_state *s, int v) {
+  uint32_t mask = 0;
+  for (int k = 0; k < SHM_A2A_CLASSES; k++) mask |= (uint32_t)a2a_next(&s->a2a[v][k], s->a2a_mode) << k;
+  s->a2a_mask[v] = mask;
+  atomic_store_explicit(&s->mine->a2a_pick[v], (uint64_t)(uint32_t)s->a2a_calls[v] << 32 | mask,
+                        memory_order_release);
+}
+
+int shm_a2a_mode(const char *m) {
+  static const char *const names[] = {"auto", "staged", "single"};
+  for (int i = 0; i < 3; i++)
+    if (!strcmp(m, names[i])) return i;
+  return -1;
+}
+
+void shm_a2a_setup(shm_state *s) {
+  if (s->me != 0) return;
+  a2a_publish(s, 0);
+  a2a_publish(s, 1);
+}
+
+/* 1 when this large call of kind v (0 all-to-all, 1 all-to-allv) takes
+   single copy. */
+static braid_status a2a_choose(braid_comm *c, shm_state *s, int v, size_t most, int *direct) {
+  const uint32_t k = (uint32_t)s->a2a_calls[v]++;
+  const int cls = a2a_class(most);
+  if (s->me == 0) {
+    *direct = (int)(s->a2a_mask[v] >> cls & 1);
+    return BRAID_OK;
+  }
+  _Atomic uint64_t *w = &shm_ctl_of(s, 0)->a2a_pick[v];
+  uint64_t x;
+  SHM_WAIT_UNTIL((uint32_t)((x = atomic_load_explicit(w, memory_order_acquire)) >> 32) == k, 0,
+                 "rank 0's choice of a path for the call");
+  *direct = (int)(x >> cls & 1);
+  return BRAID_OK;
+}
+
+/* Rank 0, after a large call of kind v that took `direct` from t0. */
+static void a2a_learn(shm_state *s, int v, size_t most, int direct, double t0) {
+  if (s->me != 0) return;
+  shm_a2a_class *t = &s->a2a[v][a2a_class(most)];
+  const double dt = braid__now() - t0;
+  t->time[direct] = t->seen[direct] ? 0.75 * t->time[direct] + 0.25 * dt : dt;
+  t->seen[direct] = 1;
+  t->calls++;
+  a2a_publish(s, v);
+}
+
+/* The large path of an all-to-all(v) (plan pl, largest block most): staged
+   rounds, or single copy where it works and rank 0 chose it. */
+static braid_status a2a_large(braid_comm *c, shm_state *s, const char *send, char *recv, const a2a_plan *pl,
+                              size_t most, int check, int from, const char *what) {
+  const int v = !pl->uni;
+  int direct = 0;
+  if (s->cma && (v ? from >= 0 : 1)) {
+    braid_status st = a2a_choose(c, s, v, most, &direct);
+    if (st) return st;
+  }
+  const double t0 = s->me == 0 ? braid__now() : 0;
+  braid_status st = direct ? a2a_direct(c, s, send, recv, pl, v ? from : -1, what)
+                           : a2a_staged(c, s, send, recv, pl, most, check, what);
+  if (!st && s->cma && (v ? from >= 0 : 1)) a2a_learn(s, v, most, direct, t0);
+  return st;
+}
+
 /* In place (send == recv) works too: this rank's blocks went into its slot
    before any is overwritten, and its own block stays where it is. */
 braid_status shm_all_to_all(braid_comm *c, const void *vsend, void *vrecv, size_t count, braid_dtype dt) {
@@ -1193,7 +1365,7 @@ braid_status shm_all_to_all(braid_comm *c, const void *vsend, void *vrecv, size_
   char *recv = vrecv;
   if (s->n > 1 && total > SHM_SLOT_DATA) {
     a2a_plan pl = {NULL, NULL, NULL, NULL, 1, bytes};
-    return a2a_staged(c, s, send, recv, &pl, bytes, 1, "its part of braid_all_to_all");
+    return a2a_large(c, s, send, recv, &pl, bytes, 1, -1, "its part of braid_all_to_all");
   }
   int p = 0;
   braid_status st = s->n == 1 ? BRAID_OK : flat_exchange(c, s, send, total, &p, "its input to braid_all_to_all");
@@ -1207,23 +1379,6 @@ braid_status shm_all_to_all(braid_comm *c, const void *vsend, void *vrecv, size_
     }
   }
   return BRAID_OK;
-}
-
-/* Rank q's all-to-allv header in its slot of parity p: total or NOFIT,
-   then its n counts; for a total, its blocks follow. */
-static const uint64_t *a2av_head(shm_state *s, int q, int p) {
-  return (const uint64_t *)(const void *)slot_data(slot_of(s, q, p), SHM_SLOT_DATA);
-}
-#define A2AV_NOFIT UINT64_MAX
-#define A2AV_HEAD(n) (8 * (1 + (size_t)(n))) /* bytes before a fitting rank's blocks */
-
-/* This rank's block in the slot of q, whose blocks fit: packed in rank order
-   after q's header. */
-static const char *a2av_slot_block(shm_state *s, int q, int p, size_t es) {
-  const uint64_t *qh = a2av_head(s, q, p);
-  size_t off = A2AV_HEAD(s->n);
-  for (int j = 0; j < s->me; j++) off += (size_t)qh[1 + j] * es;
-  return (const char *)qh + off;
 }
 
 /* Counts sent to this rank against the ones it expects, pair by pair. */
@@ -1244,12 +1399,9 @@ static braid_status a2av_check(braid_comm *c, shm_state *s, int p, const size_t 
    its blocks packed in peer order. Only after the exchange do the ranks
    know whether all fit (their counts differ). When one does not, every rank
    sees it, and every rank's counts are in the headers, so the largest block
-   decides alike on every rank between staged rounds and the generic
-   exchange (see shm_declines). Single copy (a process_vm_readv per peer)
-   is not used: staged rounds beat it at every size but 256-512 KiB on two
-   ranks on distant cores, where it won by less than it lost on close ones
-   (docs/PERFORMANCE.md). Counts are checked pair by pair against the
-   receivers' recv_counts. */
+   decides alike on every rank between the large paths (a2a_large) and
+   the generic exchange (see shm_declines). Counts are checked pair by
+   pair against the receivers' recv_counts. */
 braid_status shm_all_to_allv(braid_comm *c, const void *vsend, const size_t *scounts, const size_t *sdispls, void *vrecv,
                              const size_t *rcounts, const size_t *rdispls, braid_dtype dt) {
   shm_state *s = c->be;
@@ -1263,6 +1415,8 @@ braid_status shm_all_to_allv(braid_comm *c, const void *vsend, const size_t *sco
     return BRAID_OK;
   }
   const size_t head = A2AV_HEAD(n);
+  /* Whether a header can describe the send buffer (the same on every rank). */
+  const int direct = s->cma && 8 * A2AV_WORDS(n) <= SHM_SLOT_DATA;
   size_t total = 0;
   int fits = head <= SHM_SLOT_DATA;
   for (int j = 0; j < n && fits; j++) {
@@ -1282,6 +1436,9 @@ braid_status shm_all_to_allv(braid_comm *c, const void *vsend, const size_t *sco
       if (sc[j]) memcpy(at, send + sd[j] * es, sc[j] * es);
       at += sc[j] * es;
     }
+  } else if (direct) {
+    for (int j = 0; j < n; j++) hd[A2AV_DISPL(n, j)] = sd[j];
+    hd[A2AV_ADDR(n)] = (uint64_t)(uintptr_t)send;
   }
   braid_status st = flat_finish(c, s, k, p, "its input to braid_all_to_allv");
   if (st) return st;
@@ -1299,7 +1456,7 @@ braid_status shm_all_to_allv(braid_comm *c, const void *vsend, const size_t *sco
     if (big <= SHM_EAGER_MAX || !a2a_piece_max(s)) return BRAID__DECLINED;
     if ((st = a2av_check(c, s, p, rcounts, dt))) return st;
     a2a_plan pl = {sc, sd, rcounts, rdispls, es, 0};
-    return a2a_staged(c, s, send, recv, &pl, big, 0, "its part of braid_all_to_allv");
+    return a2a_large(c, s, send, recv, &pl, big, 0, direct ? p : -1, "its part of braid_all_to_allv");
   }
   if ((st = a2av_check(c, s, p, rcounts, dt))) return st;
   for (int q = 0; q < n; q++) {

@@ -367,6 +367,7 @@ static braid_status attach_and_meet(braid_comm *c, shm_state *s, const char *nam
 
 typedef struct shm_params {
   size_t staging, cma_min;
+  int a2a;
   long cma, membar, zc, splice;
 } shm_params;
 
@@ -379,6 +380,9 @@ static braid_status read_params(braid_comm *c, shm_params *p) {
   if (!st) st = braid__param_int(BRAID_P_SHM_SPLICE, 0, 1, &p->splice, err, sizeof err);
   if (!st) st = braid__param_size(BRAID_P_SHM_CMA_MIN, 0, SIZE_MAX, &p->cma_min, err, sizeof err);
   if (st) return braid__fail(c, BRAID_ERR_INVALID_ARG, "%s", err);
+  if ((p->a2a = shm_a2a_mode(braid__param_str(BRAID_P_SHM_A2A))) < 0)
+    return braid__fail(c, BRAID_ERR_INVALID_ARG, "BRAID_SHM_A2A=\"%s\" is not auto, staged or single",
+                       braid__param_str(BRAID_P_SHM_A2A));
   p->staging = round_up(p->staging, 4096);
   return BRAID_OK;
 }
@@ -418,6 +422,7 @@ static braid_status shm_init(braid_comm *c) {
   }
   s->staging = prm.staging;
   s->cma_min = prm.cma_min;
+  s->a2a_mode = prm.a2a;
   double deadline = braid__deadline(c->timeout_s);
   /* Rank 0 names the segment after its pid and the communicator id and tells
      the others through the store. Without a store (launched without one) the
@@ -478,6 +483,7 @@ static braid_status shm_init(braid_comm *c) {
   if (prm.splice && s->n > 1 && !sok)
     BLOG_INFO(BRAID_SUB_SHM, c->rank, "vmsplice into a pipe failed: no pipes for large messages");
   atomic_store(&mine->splice_ok, sok ? 1u : 2u);
+  shm_a2a_setup(s);
   shm_post(s);
   st = wait_arrivals(c, s, "its arrival in braid_init");
   if (st) {
@@ -507,6 +513,7 @@ static braid_status shm_split(braid_comm *parent, braid_comm *child, const int *
   if (!s) return braid__fail(child, BRAID_ERR_NO_MEMORY, "out of memory for the shm backend");
   s->staging = ps->staging;
   s->cma_min = ps->cma_min;
+  s->a2a_mode = ps->a2a_mode;
   for (int i = 0; i < n; i++) s->pids[i] = ps->pids[members[i]];
   char name[128];
   /* The creator's pid plus the child id make a name no other live job uses. */
@@ -523,6 +530,7 @@ static braid_status shm_split(braid_comm *parent, braid_comm *child, const int *
   }
   child->be = s;
   set_waiting(child, s);
+  shm_a2a_setup(s);
   shm_post(s);
   st = wait_arrivals(child, s, "its arrival in braid_split");
   if (st) {

@@ -1219,7 +1219,7 @@ static const char *a2av_slot_block(shm_state *s, int q, int p, size_t es) {
 static braid_status a2a_direct(braid_comm *c, shm_state *s, const char *send, char *recv, const a2a_plan *pl,
                                int from, const char *what) {
   const int n = s->n, me = s->me, inplace = send == recv;
-  braid_status st;
+  braid_status st = BRAID_OK;
   if (from < 0) {
     shm_ctl_of(s, me)->addr = (uint64_t)(uintptr_t)send;
     shm_post(s);

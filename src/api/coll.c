@@ -192,6 +192,9 @@ static int32_t desc_arg(const braid__coll_args *a) {
 braid_status braid__coll_run(braid_comm *c, const braid__coll_args *a) {
   braid_status st;
   const int barrier = a->kind == BRAID__COLL_BARRIER;
+  /* The call's number and flight-recorder entry first: a rank held in a
+     barrier's own sync is seen to be in that barrier. */
+  if ((st = begin(c, a->kind, a->kind == BRAID__COLL_ALL_TO_ALLV ? 0 : a->count, a->dt, desc_arg(a)))) return st;
   if (barrier) {
     /* Implies braid_sync: this rank's operations complete (and are freed)
        first; queued in a group, those issued before it, not the group's
@@ -200,7 +203,6 @@ braid_status braid__coll_run(braid_comm *c, const braid__coll_args *a) {
     braid__reap(c);
     if (st) return st;
   }
-  if ((st = begin(c, a->kind, a->kind == BRAID__COLL_ALL_TO_ALLV ? 0 : a->count, a->dt, desc_arg(a)))) return st;
   if (a->red.premul && !((c->ops->caps & BRAID__CAP_PREMUL) && use_native(c, a->kind, native_fn(c, a->kind))))
     return premul(c, a);
   st = dispatch(c, a, a->send, a->recv, a->dt, a->red.op, a->bytes);

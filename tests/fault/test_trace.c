@@ -114,10 +114,47 @@ static int test_signal_dump(void) {
   return 0;
 }
 
+/* Rank 0's barrier cannot finish its own sync (a receive nobody sends):
+   its dump shows it in that barrier (collective #1), and rank 1's timeout
+   does not say rank 0 had not entered it. */
+static int body_barrier_sync(braid_comm *c, int rank, int n, void *arg) {
+  (void)n, (void)arg;
+  int x = 0;
+  if (rank == 0) BT_CHECK_OK(braid_recv(c, &x, 1, BRAID_I32, 1, 7), c);
+  braid_status st = braid_barrier(c);
+  BT_CHECK(st == BRAID_ERR_TIMEOUT || st == BRAID_ERR_PEER_LOST, "rank %d got %s: %s", rank, braid_status_string(st),
+           braid_last_error(c));
+  if (rank == 1 && st == BRAID_ERR_TIMEOUT) {
+    const char *e = braid_last_error(c);
+    BT_CHECK(!strstr(e, "not in collective #1: rank 0"), "rank 1 says rank 0 was not in the barrier: %s", e);
+  }
+  return 0;
+}
+
+static int test_barrier_sync_dump(void) {
+  char env_file[300];
+  snprintf(env_file, sizeof env_file, "BRAID_TRACE_FILE=%s/bar-%%r.jsonl", dir);
+  const char *env[] = {env_file, "BRAID_TIMEOUT=1", NULL};
+  const char *names[8];
+  int maxr[8], nb = bt_backends(names, maxr, 8);
+  for (int b = 0; b < nb; b++) {
+    if (maxr[b] < 2) continue;
+    char path[300];
+    snprintf(path, sizeof path, "%s/bar-0.jsonl", dir);
+    unlink(path);
+    bt_run_opts o = {names[b], 2, 60, env, -1};
+    if (bt_run_ranks_ex(&o, body_barrier_sync, NULL, NULL)) return 1;
+    BT_CHECK(file_has(path, "\"seq\":1,\"op\":\"barrier\""), "%s: rank 0's dump lacks the barrier it waited in",
+             names[b]);
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
   snprintf(dir, sizeof dir, "/tmp/braid-trace-test-%d", (int)getpid());
   mkdir(dir, 0700);
-  static const bt_case cases[] = {BT_CASE(test_dump_and_read), BT_CASE(test_signal_dump)};
+  static const bt_case cases[] = {BT_CASE(test_dump_and_read), BT_CASE(test_signal_dump),
+                                  BT_CASE(test_barrier_sync_dump)};
   int rc = bt_main(argc, argv, cases, BT_COUNT(cases));
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

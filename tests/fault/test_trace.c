@@ -119,12 +119,15 @@ static int test_signal_dump(void) {
    does not say rank 0 had not entered it. */
 static int body_barrier_sync(braid_comm *c, int rank, int n, void *arg) {
   (void)n, (void)arg;
+  /* hier's parts number their own collectives, and a part's barrier starts
+     only after hier's sync: there the part's sentence is right to say so. */
+  const int parts = !strcmp(braid_backend(c), "hier");
   int x = 0;
   if (rank == 0) BT_CHECK_OK(braid_recv(c, &x, 1, BRAID_I32, 1, 7), c);
   braid_status st = braid_barrier(c);
   BT_CHECK(st == BRAID_ERR_TIMEOUT || st == BRAID_ERR_PEER_LOST, "rank %d got %s: %s", rank, braid_status_string(st),
            braid_last_error(c));
-  if (rank == 1 && st == BRAID_ERR_TIMEOUT) {
+  if (rank == 1 && st == BRAID_ERR_TIMEOUT && !parts) {
     const char *e = braid_last_error(c);
     BT_CHECK(!strstr(e, "not in collective #1: rank 0"), "rank 1 says rank 0 was not in the barrier: %s", e);
   }

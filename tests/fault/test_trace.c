@@ -137,7 +137,9 @@ static int body_barrier_sync(braid_comm *c, int rank, int n, void *arg) {
 static int test_barrier_sync_dump(void) {
   char env_file[300];
   snprintf(env_file, sizeof env_file, "BRAID_TRACE_FILE=%s/bar-%%r.jsonl", dir);
-  const char *env[] = {env_file, "BRAID_TIMEOUT=1", NULL};
+  /* Long enough for a rank without call logs (tcp) to publish where it
+     waits (after a second) before the other's sentence is written. */
+  const char *env[] = {env_file, "BRAID_TIMEOUT=3", NULL};
   const char *names[8];
   int maxr[8], nb = bt_backends(names, maxr, 8);
   for (int b = 0; b < nb; b++) {

@@ -199,7 +199,7 @@ braid_status braid__coll_run(braid_comm *c, const braid__coll_args *a) {
     /* Implies braid_sync: this rank's operations complete (and are freed)
        first; queued in a group, those issued before it, not the group's
        later ones, whose peers may send only after their own barrier. */
-    st = a->before ? braid__wait_user_before(c, a->before) : braid__wait_idle(c);
+    st = braid__wait_idle(c, a->before);
     braid__reap(c);
     if (st) return st;
   }
@@ -480,14 +480,14 @@ static braid_status check_blocks_apart(braid_comm *c, const void *send, const si
   const size_t esz = braid_dtype_size(dt);
   span *s = malloc(sizeof *s * 2 * (size_t)n);
   if (!s) return braid__fail(c, BRAID_ERR_NO_MEMORY, "out of memory checking %d ranks' send_displs", n);
+  const uintptr_t base[2] = {(uintptr_t)send, (uintptr_t)recv};
+  const size_t *counts[2] = {send_counts, recv_counts}, *displs[2] = {send_displs, recv_displs};
   int m = 0;
-  for (int j = 0; j < n; j++) { /* rank j for a send block, n + j for a receive block */
-    if (send_counts[j])
-      s[m++] = (span){(uintptr_t)send + send_displs[j] * esz, (uintptr_t)send + (send_displs[j] + send_counts[j]) * esz, j};
-    if (recv_counts[j])
-      s[m++] = (span){(uintptr_t)recv + recv_displs[j] * esz, (uintptr_t)recv + (recv_displs[j] + recv_counts[j]) * esz,
-                      n + j};
-  }
+  for (int side = 0; side < 2; side++) /* rank j: j for its send block, n + j for its receive block */
+    for (int j = 0; j < n; j++)
+      if (counts[side][j])
+        s[m++] = (span){base[side] + displs[side][j] * esz, base[side] + (displs[side][j] + counts[side][j]) * esz,
+                        side * n + j};
   qsort(s, (size_t)m, sizeof *s, span_cmp);
   size_t reach[2] = {0, 0};
   int who[2] = {-1, -1};

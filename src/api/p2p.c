@@ -80,7 +80,7 @@ braid_status braid_sync(braid_comm *c) {
   /* Every pending operation completes first, even when a mismatch found
      earlier is waiting to be reported (as a barrier does): the caller may
      then read every other receive's buffer. */
-  st = braid__wait_idle(c);
+  st = braid__wait_idle(c, 0);
   braid__reap(c);
   if (st) return braid__leave(c, st);
   if (c->deferred) {

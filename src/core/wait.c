@@ -436,8 +436,15 @@ braid_status braid__wait_reqs(braid_comm *c, braid__req *const *reqs, int n) {
   return BRAID_OK;
 }
 
-/* A user operation numbered below `before` - 1 still in flight, and its peer. */
-static int earlier_pending(const braid_comm *c, uint64_t before, int *peer) {
+/* Whether what braid__wait_idle waits for is still in flight (every
+   pending operation, or the user operations numbered below before - 1),
+   and a peer it waits for. */
+static int busy(braid_comm *c, uint64_t before, int *peer) {
+  if (!before) {
+    if (!c->npending) return 0;
+    *peer = braid__pending_peer(c);
+    return 1;
+  }
   for (const braid__req *r = c->pending; r; r = r->pend_next)
     if (!r->done && r->ord + 1 < before) {
       *peer = r->peer;
@@ -446,35 +453,16 @@ static int earlier_pending(const braid_comm *c, uint64_t before, int *peer) {
   return 0;
 }
 
-braid_status braid__wait_user_before(braid_comm *c, uint64_t before) {
+braid_status braid__wait_idle(braid_comm *c, uint64_t before) {
   int failed = atomic_load(&c->failed), peer = -1;
   if (failed) return (braid_status)failed;
   braid_status st = c->npending ? c->ops->progress(c) : BRAID_OK;
   if (st) return fail_published(c, st);
-  if (!earlier_pending(c, before, &peer)) return BRAID_OK;
+  if (!busy(c, before, &peer)) return BRAID_OK;
   braid__waiter w;
   braid__wait_begin(&w);
-  while (earlier_pending(c, before, &peer)) {
+  while (busy(c, before, &peer)) {
     if ((st = braid__wait_poll(c, &w, peer, NULL))) return st;
-    if ((st = c->ops->progress(c))) {
-      braid__wait_end(c, &w);
-      return fail_published(c, st);
-    }
-  }
-  braid__wait_end(c, &w);
-  return BRAID_OK;
-}
-
-braid_status braid__wait_idle(braid_comm *c) {
-  int failed = atomic_load(&c->failed);
-  if (failed) return (braid_status)failed;
-  braid_status st = c->npending ? c->ops->progress(c) : BRAID_OK;
-  if (st) return fail_published(c, st);
-  if (!c->npending) return BRAID_OK;
-  braid__waiter w;
-  braid__wait_begin(&w);
-  while (c->npending) {
-    if ((st = braid__wait_poll(c, &w, braid__pending_peer(c), NULL))) return st;
     if ((st = c->ops->progress(c))) {
       braid__wait_end(c, &w);
       return fail_published(c, st);

@@ -68,12 +68,11 @@ static inline void braid__wait_end(braid_comm *c, braid__waiter *w) {
    peer and what describe the wait for messages (-1 / NULL: the oldest
    pending operation). */
 braid_status braid__wait_reqs(braid_comm *c, braid__req *const *reqs, int n);
-/* Waits until c has no pending operation (braid_sync). */
-braid_status braid__wait_idle(braid_comm *c);
-/* Waits for the user operations posted while c->user_posted was below
-   before - 1 only (a barrier queued in a group: not the group's later
-   sends and receives). */
-braid_status braid__wait_user_before(braid_comm *c, uint64_t before);
+/* Waits until c has no pending operation (braid_sync; before 0), or only
+   for the user operations posted while c->user_posted was below
+   before - 1 (a barrier queued in a group: not the group's later sends
+   and receives). */
+braid_status braid__wait_idle(braid_comm *c, uint64_t before);
 
 /* Describes the oldest pending point-to-point operation of c, for messages. */
 void braid__describe_pending(braid_comm *c, char *out, size_t len);

@@ -51,6 +51,15 @@ static int run_env(int n, bt_body body, void *arg, const char *const *env, int e
 
 static int run(int n, bt_body body, void *arg) { return run_env(n, body, arg, NULL, -1, bt_quick() ? 240 : 90); }
 
+/* run_env with a fresh shared counter (at 0) as the bodies' argument. */
+static int run_counted(int n, bt_body body, const char *const *env, int expect_fail_rank, double timeout) {
+  _Atomic int *step = bt_shared_counter();
+  BT_CHECK(step != NULL, "no shared mapping");
+  int rc = run_env(n, body, (void *)step, env, expect_fail_rank, timeout);
+  bt_shared_free(step);
+  return rc;
+}
+
 static int test_coll_small(void) {
   static const size_t counts[] = {0, 1, 7, 1000};
   matrix m = {counts, 4, 1, 0};
@@ -1364,11 +1373,7 @@ static int body_zc_late_receive(braid_comm *c, int rank, int n, void *arg) {
 
 static int test_zc_late_receive(void) {
   static const char *const env[] = {"BRAID_SHM_CMA=0", NULL};
-  _Atomic int *step = bt_shared_counter();
-  BT_CHECK(step != NULL, "no shared mapping");
-  int rc = run_env(2, body_zc_late_receive, (void *)step, env, -1, 60);
-  bt_shared_free(step);
-  return rc;
+  return run_counted(2, body_zc_late_receive, env, -1, 60);
 }
 
 /* A send lent to the receiver's pipe and given up by the sender's destroy:
@@ -1407,11 +1412,7 @@ static int body_pipe_abandoned(braid_comm *c, int rank, int n, void *arg) {
 
 static int test_pipe_abandoned(void) {
   static const char *const env[] = {"BRAID_SHM_CMA=0", "BRAID_DESTROY_TIMEOUT=0.2", NULL};
-  _Atomic int *step = bt_shared_counter();
-  BT_CHECK(step != NULL, "no shared mapping");
-  int rc = run_env(2, body_pipe_abandoned, (void *)step, env, 1, 60);
-  bt_shared_free(step);
-  return rc;
+  return run_counted(2, body_pipe_abandoned, env, 1, 60);
 }
 
 /* Without the call check a section word of a small gather is only the
@@ -1443,11 +1444,7 @@ static int body_ring_stale(braid_comm *c, int rank, int n, void *arg) {
 
 static int test_ring_stale_word(void) {
   static const char *const env[] = {"BRAID_CHECK=0", NULL};
-  _Atomic int *step = bt_shared_counter();
-  BT_CHECK(step != NULL, "no shared mapping");
-  int rc = run_env(2, body_ring_stale, (void *)step, env, -1, 60);
-  bt_shared_free(step);
-  return rc;
+  return run_counted(2, body_ring_stale, env, -1, 60);
 }
 
 /* Ring call 2^31: entry 0's first word, last written by a broadcast
@@ -1486,16 +1483,7 @@ static int body_ring_wrap(braid_comm *c, int rank, int n, void *arg) {
 
 static int test_ring_wrap(void) {
   static const char *const off[] = {"BRAID_CHECK=0", NULL}, *const on[] = {"BRAID_CHECK=1", NULL};
-  const char *const *envs[] = {off, on};
-  _Atomic int *step = bt_shared_counter();
-  BT_CHECK(step != NULL, "no shared mapping");
-  int rc = 0;
-  for (int i = 0; i < 2 && !rc; i++) {
-    atomic_store(step, 0);
-    rc = run_env(3, body_ring_wrap, (void *)step, envs[i], -1, 60);
-  }
-  bt_shared_free(step);
-  return rc;
+  return run_counted(3, body_ring_wrap, off, -1, 60) || run_counted(3, body_ring_wrap, on, -1, 60);
 }
 
 /* Messages of one (source, tag) stay in order when the ring to their
@@ -1529,16 +1517,10 @@ static int body_order_last(braid_comm *c, int rank, int n, void *arg) {
 
 static int test_order_many_ranks(void) {
   static const char *const env[] = {"BRAID_SHM_BUFFER=64K", NULL};
-  _Atomic int *issued = bt_shared_counter();
-  BT_CHECK(issued != NULL, "no shared mapping");
-  int rc = 0;
   static const int sizes[] = {2, 64, 65};
-  for (size_t i = 0; i < BT_COUNT(sizes) && !rc; i++) {
-    atomic_store(issued, 0);
-    rc = run_env(sizes[i], body_order_last, (void *)issued, env, -1, 240);
-  }
-  bt_shared_free(issued);
-  return rc;
+  for (size_t i = 0; i < BT_COUNT(sizes); i++)
+    if (run_counted(sizes[i], body_order_last, env, -1, 240)) return 1;
+  return 0;
 }
 
 /* Large all-to-alls (above the slots) by each path (BRAID_SHM_A2A: staged

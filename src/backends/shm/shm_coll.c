@@ -689,17 +689,16 @@ static braid_status ring_to_root(braid_comm *c, shm_state *s, const void *src, s
     }
     char *sec = e + (size_t)q * stride;
     uint64_t w;
-    if (ring_wrapped(b))
-      SHM_WAIT_UNTIL(atomic_load_explicit(&shm_ctl_of(s, q)->bcast_done, memory_order_acquire) >= b + 1, q, call);
-    SHM_WAIT_UNTIL(word_is(w = atomic_load_explicit(slot_seq(sec), memory_order_acquire), b + 1), q, call);
-    if ((uint32_t)w != s->chash && c->check) return mismatch(c, s, q);
     /* A section's word may lie where an earlier call that used the entry
        with another layout left payload bytes. With the call check those
        bytes would have to hold the call's digest too; without it, data
        can look like the word, so the writer's count of finished ring
-       calls decides. */
-    if (!c->check)
+       calls decides (it counts this call once the word is written), as it
+       does past the wrap. */
+    if (!c->check || ring_wrapped(b))
       SHM_WAIT_UNTIL(atomic_load_explicit(&shm_ctl_of(s, q)->bcast_done, memory_order_acquire) >= b + 1, q, call);
+    SHM_WAIT_UNTIL(word_is(w = atomic_load_explicit(slot_seq(sec), memory_order_acquire), b + 1), q, call);
+    if ((uint32_t)w != s->chash && c->check) return mismatch(c, s, q);
     from[q] = slot_data(sec, bytes);
   }
   /* The senders return without waiting, so in a loop they run ahead: when
@@ -1343,16 +1342,13 @@ static void a2a_learn(shm_state *s, int v, size_t most, int direct, double t0) {
    rounds, or single copy where it works and rank 0 chose it. */
 static braid_status a2a_large(braid_comm *c, shm_state *s, const char *send, char *recv, const a2a_plan *pl,
                               size_t most, int check, int from, const char *what) {
-  const int v = !pl->uni;
+  const int v = !pl->uni, timed = s->cma && (!v || from >= 0);
   int direct = 0;
-  if (s->cma && (v ? from >= 0 : 1)) {
-    braid_status st = a2a_choose(c, s, v, most, &direct);
-    if (st) return st;
-  }
+  braid_status st = timed ? a2a_choose(c, s, v, most, &direct) : BRAID_OK;
+  if (st) return st;
   const double t0 = s->me == 0 ? braid__now() : 0;
-  braid_status st = direct ? a2a_direct(c, s, send, recv, pl, v ? from : -1, what)
-                           : a2a_staged(c, s, send, recv, pl, most, check, what);
-  if (!st && s->cma && (v ? from >= 0 : 1)) a2a_learn(s, v, most, direct, t0);
+  st = direct ? a2a_direct(c, s, send, recv, pl, from, what) : a2a_staged(c, s, send, recv, pl, most, check, what);
+  if (!st && timed) a2a_learn(s, v, most, direct, t0);
   return st;
 }
 

@@ -139,8 +139,9 @@ braid_status braid__coll_run(braid_comm *c, const braid__coll_args *a);
 int braid__group_open(void);
 /* Queues a checked call for braid_group_end (copies what a needs). */
 braid_status braid__group_queue(braid_comm *c, const braid__coll_args *a);
-/* Drops this thread's queued calls on c (braid_destroy). */
-void braid__group_forget(braid_comm *c);
+/* Drops this thread's queued calls on c (braid_destroy); refuses while
+   another thread's group holds calls on it. */
+braid_status braid__group_forget(braid_comm *c);
 
 #define BRAID__TRY(expr)                            \
   do {                                              \

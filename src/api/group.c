@@ -3,7 +3,10 @@
    collective is checked at once (a rejected call returns its error and is
    not queued) and queued; the outermost braid_group_end runs the queue in
    issue order, so the group's sends and receives progress while it runs.
-   Buffers of queued calls belong to braid until braid_group_end returns. */
+   Buffers of queued calls belong to braid until braid_group_end returns.
+   A communicator counts the calls queued on it in every thread's group,
+   so that another thread cannot destroy it under them. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +24,36 @@ static _Thread_local int depth;
 static _Thread_local gcall *head, **tail; /* tail NULL: the queue is empty */
 /* Threads inside a group: calls outside any group test only this. */
 static atomic_int open_groups;
+/* Its destructor drops the queue of a thread that ends inside a group. */
+static pthread_key_t exit_key;
+static pthread_once_t exit_key_once = PTHREAD_ONCE_INIT;
+
+static void drop(gcall *g) {
+  atomic_fetch_sub_explicit(&g->c->grouped, 1, memory_order_release);
+  free(g);
+}
+
+static void thread_ended(void *unused) {
+  (void)unused;
+  int dropped = 0, rank = -1;
+  while (head) {
+    gcall *g = head;
+    head = g->next;
+    rank = g->c->rank;
+    drop(g);
+    dropped++;
+  }
+  tail = NULL;
+  if (depth > 0) atomic_fetch_sub_explicit(&open_groups, 1, memory_order_relaxed);
+  depth = 0;
+  if (dropped)
+    BLOG_WARN(BRAID_SUB_COLL, rank, "a thread ended inside a group (braid_group_start): %d call(s) it queued never ran",
+              dropped);
+}
+
+static void make_exit_key(void) {
+  if (pthread_key_create(&exit_key, thread_ended)) abort(); /* only when the process is out of keys at its first group */
+}
 
 int braid__group_open(void) { return atomic_load_explicit(&open_groups, memory_order_relaxed) && depth > 0; }
 
@@ -46,11 +79,19 @@ braid_status braid__group_queue(braid_comm *c, const braid__coll_args *a) {
   }
   *(tail ? tail : &head) = g;
   tail = &g->next;
+  atomic_fetch_add_explicit(&c->grouped, 1, memory_order_relaxed);
   return BRAID_OK;
 }
 
-void braid__group_forget(braid_comm *c) {
-  int dropped = 0;
+braid_status braid__group_forget(braid_comm *c) {
+  int mine = 0;
+  for (gcall *g = head; g; g = g->next) mine += g->c == c;
+  const int others = atomic_load_explicit(&c->grouped, memory_order_acquire) - mine;
+  if (others > 0)
+    return braid__fail(NULL, BRAID_ERR_INVALID_ARG,
+                       "braid_destroy: %d call(s) on this communicator wait in another thread's group; that "
+                       "thread's braid_group_end must run them first (rank %d)",
+                       others, braid__label(c, c->rank));
   for (gcall **pp = &head; *pp;) {
     gcall *g = *pp;
     if (g->c != c) {
@@ -59,16 +100,20 @@ void braid__group_forget(braid_comm *c) {
     }
     *pp = g->next;
     if (tail == &g->next) tail = pp == &head ? NULL : pp;
-    free(g);
-    dropped++;
+    drop(g);
   }
-  if (dropped)
-    BLOG_WARN(BRAID_SUB_COLL, c->rank, "braid_destroy: %d call(s) queued in this thread's group never ran", dropped);
+  if (mine)
+    BLOG_WARN(BRAID_SUB_COLL, c->rank, "braid_destroy: %d call(s) queued in this thread's group never ran", mine);
+  return BRAID_OK;
 }
 
 braid_status braid_group_start(void) {
   if (depth == INT32_MAX) return braid__fail_caller(BRAID_ERR_INVALID_ARG, "braid_group_start: groups nested too deep");
-  if (depth++ == 0) atomic_fetch_add_explicit(&open_groups, 1, memory_order_relaxed);
+  if (depth++ == 0) {
+    atomic_fetch_add_explicit(&open_groups, 1, memory_order_relaxed);
+    pthread_once(&exit_key_once, make_exit_key);
+    pthread_setspecific(exit_key, &depth); /* any non-NULL value: the destructor runs at thread exit */
+  }
   return BRAID_OK;
 }
 
@@ -92,7 +137,7 @@ braid_status braid_group_end(void) {
       first = st;
       snprintf(msg, sizeof msg, "%s", braid_last_error(NULL));
     }
-    free(g);
+    drop(g); /* only now may another thread destroy c */
     g = next;
   }
   /* The first error is the one braid_last_error(NULL) reports. */

@@ -335,7 +335,8 @@ braid_status braid_destroy(braid_comm *c) {
     return braid__fail_caller(BRAID_ERR_INVALID_ARG,
                               "braid_destroy: comm %p is not a live communicator of this process (destroyed already?)",
                               (void *)c);
-  braid__group_forget(c);
+  braid_status st = braid__group_forget(c);
+  if (st) return st;
   braid__comm_release(c, -1);
   return BRAID_OK;
 }

@@ -237,6 +237,7 @@ struct braid_comm {
   const char *call;       /* name of the public call in progress (under lock) */
   atomic_int failed;      /* sticky fatal status, 0 while healthy */
   atomic_int aborted;     /* braid_abort() was called */
+  atomic_int grouped;     /* collectives on it queued in open groups of any thread */
   int fail_published;     /* this rank's failure went out to the others */
   const _Atomic uint32_t *fail_flag; /* set by a backend whose channel has a cheap "someone failed" word */
 

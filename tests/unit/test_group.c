@@ -3,7 +3,10 @@
    an irregular exchange of sends and receives and collectives share a
    group; collectives queued in a group do not run before the outermost
    braid_group_end and then run in issue order, across communicators; the
-   first error is what braid_group_end returns. */
+   first error is what braid_group_end returns; a communicator with calls
+   in another thread's group is not destroyed under them, and a thread
+   that ends inside a group drops its queue. */
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -208,6 +211,77 @@ static int test_barrier_before_later_receive(void) {
   return 0;
 }
 
+/* A second thread queues an all-reduce on a child communicator in its
+   group and ends the group when told (`run`), or ends without ending it. */
+typedef struct {
+  braid_comm *child;
+  float v[3];
+  int run;
+  braid_status queued, ended;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int stage; /* 1: queued; 2: the main thread's destroy was tried */
+} grouper;
+
+static void *grouper_main(void *arg) {
+  grouper *g = arg;
+  g->queued = braid_group_start();
+  if (!g->queued) g->queued = braid_all_reduce(g->child, g->v, 3, BRAID_F32, BRAID_SUM);
+  pthread_mutex_lock(&g->mu);
+  g->stage = 1;
+  pthread_cond_broadcast(&g->cv);
+  while (g->run && g->stage < 2) pthread_cond_wait(&g->cv, &g->mu);
+  pthread_mutex_unlock(&g->mu);
+  if (g->run) g->ended = braid_group_end();
+  return NULL;
+}
+
+static int other_thread_body(braid_comm *c, int rank, int n, void *arg) {
+  (void)arg;
+  for (int run = 1; run >= 0; run--) {
+    grouper g = {.run = run, .v = {1, 2, (float)rank}, .ended = -1};
+    pthread_mutex_init(&g.mu, NULL);
+    pthread_cond_init(&g.cv, NULL);
+    BT_CHECK_OK(braid_split(c, 0, (uint32_t)rank, &g.child), c);
+    pthread_t t;
+    BT_CHECK(pthread_create(&t, NULL, grouper_main, &g) == 0, "pthread_create");
+    pthread_mutex_lock(&g.mu);
+    while (g.stage < 1) pthread_cond_wait(&g.cv, &g.mu);
+    pthread_mutex_unlock(&g.mu);
+    BT_CHECK_OK(g.queued, g.child);
+    if (run) {
+      /* Refused while the call waits in the other thread's group; the
+         communicator still works afterwards. */
+      BT_CHECK_ST(braid_destroy(g.child), BRAID_ERR_INVALID_ARG, NULL);
+      BT_CHECK_MSG(NULL, "braid_destroy: 1 call(s) on this communicator wait in another thread's group");
+      pthread_mutex_lock(&g.mu);
+      g.stage = 2;
+      pthread_cond_broadcast(&g.cv);
+      pthread_mutex_unlock(&g.mu);
+    }
+    BT_CHECK(pthread_join(t, NULL) == 0, "pthread_join");
+    if (run) {
+      BT_CHECK_OK(g.ended, g.child);
+      BT_CHECK_OK(braid_sync(g.child), g.child);
+      const float s3 = (float)(n * (n - 1) / 2);
+      BT_CHECK(g.v[0] == (float)n && g.v[1] == 2.0f * (float)n && g.v[2] == s3, "all-reduce after the group: %g %g %g",
+               g.v[0], g.v[1], g.v[2]);
+    } else {
+      /* The thread ended inside its group: the call never ran. */
+      BT_CHECK(g.v[0] == 1.0f && g.v[2] == (float)rank, "a dropped call ran: %g", g.v[0]);
+    }
+    float w = 1;
+    BT_CHECK_OK(braid_all_reduce(g.child, &w, 1, BRAID_F32, BRAID_SUM), g.child);
+    BT_CHECK(w == (float)n, "all-reduce on the child: %g", w);
+    BT_CHECK_OK(braid_destroy(g.child), NULL);
+    pthread_cond_destroy(&g.cv);
+    pthread_mutex_destroy(&g.mu);
+  }
+  return 0;
+}
+
+static int test_destroy_from_other_thread(void) { return for_backends(1, 3, 120, other_thread_body); }
+
 int main(int argc, char **argv) {
   static const bt_case cases[] = {
       {"ring_exchange_64mib", test_ring_exchange_64mib, 600},
@@ -216,6 +290,7 @@ int main(int argc, char **argv) {
       BT_CASE(test_first_error),
       BT_CASE(test_in_place_alltoallv),
       BT_CASE(test_barrier_before_later_receive),
+      BT_CASE(test_destroy_from_other_thread),
   };
   return bt_main(argc, argv, cases, BT_COUNT(cases));
 }

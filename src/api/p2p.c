@@ -12,9 +12,10 @@ static void keep(braid_comm *c, braid__req *r) {
   r->user = 1;
   r->ord = c->user_posted++;
   if (r->done && r->status == BRAID_OK) {
-    braid__req_release(c, r);
+    braid__req_release(c, r); /* its entry ends as the call returns */
     return;
   }
+  braid__trace_req_posted(c, r);
   r->pend_next = NULL;
   *c->pending_tail = r;
   c->pending_tail = &r->pend_next;
@@ -68,6 +69,7 @@ void braid__reap(braid_comm *c) {
       continue;
     }
     *link = r->pend_next;
+    braid__trace_req_done(c, r);
     braid__req_release(c, r);
   }
   c->pending_tail = link;

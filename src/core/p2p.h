@@ -37,6 +37,7 @@ struct braid__req {
   void *buf;               /* const for sends */
   size_t bytes;
   uint64_t ord;            /* user operations: the communicator's count of them when this one was posted */
+  uint64_t trace_id;       /* user operations: its flight-recorder entry's id (0: none), ended at completion */
 };
 
 typedef struct braid_comm braid_comm;

@@ -59,7 +59,7 @@ void braid__trace_begin(braid_comm *c, int kind, uint64_t count, int dt, int32_t
   if (!t) return;
   braid__trace_ent *e = &t->ent[t->pos];
   if (++t->pos == t->depth) t->pos = 0;
-  t->next++;
+  e->id = ++t->next;
   e->seq = kind < BRAID__COLL_NKINDS ? c->seq : 0;
   e->count = count;
   e->t0 = e->t1 = 0;
@@ -78,6 +78,24 @@ void braid__trace_end_slow(braid__trace_ent *e, braid_status st) {
   e->status = (int32_t)st;
   e->t1 = braid__now();
   if (!e->t0) e->t0 = e->t1;
+}
+
+void braid__trace_req_posted(braid_comm *c, braid__req *r) {
+  if (!c->trace_cur) return;
+  r->trace_id = c->trace_cur->id;
+  c->trace_cur = NULL;
+}
+
+void braid__trace_req_done(braid_comm *c, braid__req *r) {
+  braid__trace *t = c->trace;
+  const uint64_t id = r->trace_id;
+  r->trace_id = 0;
+  if (!t || !id) return;
+  braid__trace_ent *e = &t->ent[(id - 1) % t->depth];
+  if (e->id != id) return; /* overwritten by a later operation */
+  /* No clock here: a point-to-point operation's wait is its braid_sync's. */
+  e->state = r->status ? BRAID__TRACE_FAILED : BRAID__TRACE_DONE;
+  e->status = (int32_t)r->status;
 }
 
 void braid__trace_waiting(braid_comm *c, double since) {
@@ -150,6 +168,9 @@ void braid__trace_dump(braid_comm *c, const char *reason) {
   size_t blen = 0;
   FILE *out = f ? f : open_memstream(&buf, &blen);
   if (!out) return;
+  /* Point-to-point operations that completed since braid_sync last looked. */
+  for (braid__req *r = c->pending; r; r = r->pend_next)
+    if (r->done && r->trace_id) braid__trace_req_done(c, r);
   char err[BRAID_ERRLEN];
   pthread_mutex_lock(&c->err_lock);
   snprintf(err, sizeof err, "%s", atomic_load(&c->failed) ? c->fatal_error : "");

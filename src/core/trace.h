@@ -16,6 +16,7 @@
 #include "braid.h"
 
 struct braid_comm;
+struct braid__req;
 
 enum {
   BRAID__TRACE_SEND = 100, /* entry kinds beyond braid__coll_kind */
@@ -25,6 +26,7 @@ enum {
 enum { BRAID__TRACE_STARTED = 1, BRAID__TRACE_DONE, BRAID__TRACE_FAILED };
 
 typedef struct braid__trace_ent {
+  uint64_t id;    /* entries written before it, plus one: a request finds its entry by it */
   uint64_t seq;   /* collective sequence number (0 for point-to-point) */
   uint64_t count;
   double t0, t1;  /* monotonic seconds the op started waiting and ended; 0 when it never waited */
@@ -60,6 +62,11 @@ static inline void braid__trace_end(braid__trace_ent **cur, braid_status st) {
   }
   e->state = BRAID__TRACE_DONE;
 }
+/* braid_send / braid_recv posted a request that is not complete yet: its
+   entry stays "started" until braid__trace_req_done (c->trace_cur let go). */
+void braid__trace_req_posted(struct braid_comm *c, struct braid__req *r);
+/* r completed: its entry, unless overwritten since, says how. */
+void braid__trace_req_done(struct braid_comm *c, struct braid__req *r);
 /* The wait engine: c's current operation is waiting (stamps its start). */
 void braid__trace_waiting(struct braid_comm *c, double since);
 /* Writes c's recorder out (reason: "timeout", "peer lost", "mismatch",

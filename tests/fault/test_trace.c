@@ -116,14 +116,23 @@ static int test_signal_dump(void) {
 
 /* Rank 0's barrier cannot finish its own sync (a receive nobody sends):
    its dump shows it in that barrier (collective #1), and rank 1's timeout
-   does not say rank 0 had not entered it. */
+   does not say rank 0 had not entered it. The dump shows the receive that
+   never completed as started, and the one before it, which completed after
+   it was posted, as done; braid-trace lists the first one. */
 static int body_barrier_sync(braid_comm *c, int rank, int n, void *arg) {
-  (void)n, (void)arg;
+  (void)n;
   /* hier's parts number their own collectives, and a part's barrier starts
      only after hier's sync: there the part's sentence is right to say so. */
   const int parts = !strcmp(braid_backend(c), "hier");
-  int x = 0;
-  if (rank == 0) BT_CHECK_OK(braid_recv(c, &x, 1, BRAID_I32, 1, 7), c);
+  int x = 0, y = 0, six = 6;
+  if (rank == 0) {
+    BT_CHECK_OK(braid_recv(c, &y, 1, BRAID_I32, 1, 6), c);
+    BT_CHECK_OK(braid_recv(c, &x, 1, BRAID_I32, 1, 7), c);
+    bt_await((_Atomic int *)arg, 1, 30); /* the message of tag 6 is sent after its receive was posted */
+  } else if (rank == 1) {
+    BT_CHECK_OK(braid_send(c, &six, 1, BRAID_I32, 0, 6), c);
+    atomic_store((_Atomic int *)arg, 1);
+  }
   braid_status st = braid_barrier(c);
   BT_CHECK(st == BRAID_ERR_TIMEOUT || st == BRAID_ERR_PEER_LOST, "rank %d got %s: %s", rank, braid_status_string(st),
            braid_last_error(c));
@@ -145,12 +154,30 @@ static int test_barrier_sync_dump(void) {
   for (int b = 0; b < nb; b++) {
     if (maxr[b] < 2) continue;
     char path[300];
+    snprintf(path, sizeof path, "%s/bar-1.jsonl", dir);
+    unlink(path);
     snprintf(path, sizeof path, "%s/bar-0.jsonl", dir);
     unlink(path);
     bt_run_opts o = {names[b], 2, 60, env, -1};
-    if (bt_run_ranks_ex(&o, body_barrier_sync, NULL, NULL)) return 1;
+    _Atomic int *sent = bt_shared_counter();
+    BT_CHECK(sent != NULL, "no shared mapping");
+    int rc = bt_run_ranks_ex(&o, body_barrier_sync, (void *)sent, NULL);
+    bt_shared_free(sent);
+    if (rc) return 1;
     BT_CHECK(file_has(path, "\"seq\":1,\"op\":\"barrier\""), "%s: rank 0's dump lacks the barrier it waited in",
              names[b]);
+    BT_CHECK(file_has(path, "\"peer\":1,\"tag\":7,\"algo\":\"-\",\"state\":\"started\""),
+             "%s: rank 0's dump does not show the receive that never completed as started", names[b]);
+    BT_CHECK(file_has(path, "\"peer\":1,\"tag\":6,\"algo\":\"-\",\"state\":\"done\""),
+             "%s: rank 0's dump does not show the completed receive as done", names[b]);
+    char cmd[1024], report[300];
+    snprintf(report, sizeof report, "%s/bar-report.txt", dir);
+    snprintf(cmd, sizeof cmd, "%s/tools/braid-trace/braid-trace %s/bar-*.jsonl > %s 2>&1", getenv("BRAID_TEST_BINDIR"),
+             dir, report);
+    BT_CHECK(getenv("BRAID_TEST_BINDIR") && system(cmd) == 0, "braid-trace failed");
+    BT_CHECK(file_has(report, "not complete: recv from rank 1 (tag 7, 1 x i32)"),
+             "%s: braid-trace does not list rank 0's unfinished receive (see %s)", names[b], report);
+    BT_CHECK(!file_has(report, "tag 6"), "%s: braid-trace lists the completed receive (see %s)", names[b], report);
   }
   return 0;
 }

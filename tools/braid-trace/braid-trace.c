@@ -1,13 +1,15 @@
 /* braid-trace: reads the flight-recorder dumps of every rank of a job (the
    JSON lines braid writes to BRAID_TRACE_FILE, or the "flight recorder:"
    lines of its log) and names, per communicator, the collective the ranks
-   were in and the ranks that never entered it or are furthest behind. */
+   were in and the ranks that never entered it or are furthest behind, and
+   each rank's sends and receives that had not completed. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define MAX_RANKS 4096
 #define MAX_COMMS 64
+#define MAX_OPEN_P2P 4 /* unfinished sends and receives shown per rank */
 
 typedef struct op {
   unsigned long long seq;
@@ -21,6 +23,8 @@ typedef struct rankinfo {
   unsigned long long seq; /* collectives started when it dumped */
   op last;                /* its newest collective entry */
   int has_last;
+  char open_p2p[MAX_OPEN_P2P][96]; /* its newest dump's unfinished sends and receives */
+  int nopen;                       /* how many (more than shown when > MAX_OPEN_P2P) */
 } rankinfo;
 
 typedef struct comminfo {
@@ -85,6 +89,7 @@ static void take_line(const char *line) {
     rankinfo *r = &c->ranks[rank];
     long long seq = 0;
     r->present = 1;
+    r->nopen = 0; /* a later dump of the same rank supersedes */
     get_str(line, "reason", r->reason, sizeof r->reason);
     get_str(line, "backend", r->backend, sizeof r->backend);
     if (get_num(line, "seq", &seq)) r->seq = (unsigned long long)seq;
@@ -95,7 +100,22 @@ static void take_line(const char *line) {
   op o;
   memset(&o, 0, sizeof o);
   long long seq = 0;
-  if (!get_str(line, "op", o.op, sizeof o.op) || !get_num(line, "seq", &seq) || seq == 0) return;
+  if (!get_str(line, "op", o.op, sizeof o.op) || !get_num(line, "seq", &seq)) return;
+  if (seq == 0) { /* point to point: kept while not complete */
+    long long peer = -1, tag = 0;
+    rankinfo *r = &c->ranks[rank];
+    if (!get_str(line, "state", o.state, sizeof o.state) || strcmp(o.state, "started") ||
+        (strcmp(o.op, "send") && strcmp(o.op, "recv")) || !get_num(line, "peer", &peer))
+      return;
+    get_num(line, "tag", &tag);
+    get_num(line, "count", &o.count);
+    get_str(line, "dtype", o.dtype, sizeof o.dtype);
+    if (r->nopen < MAX_OPEN_P2P)
+      snprintf(r->open_p2p[r->nopen], sizeof r->open_p2p[0], "%s %s rank %lld (tag %lld, %lld x %s)", o.op,
+               strcmp(o.op, "send") ? "from" : "to", peer, tag, o.count, o.dtype);
+    r->nopen++;
+    return;
+  }
   o.seq = (unsigned long long)seq;
   get_str(line, "dtype", o.dtype, sizeof o.dtype);
   get_str(line, "algo", o.algo, sizeof o.algo);
@@ -144,6 +164,12 @@ static void report(const comminfo *c) {
     }
     if (ri->has_last) describe(&ri->last, d, sizeof d);
     printf("  rank %d: %s; dumped because: %s\n", r, d, ri->reason);
+    if (ri->nopen) {
+      printf("    not complete:");
+      for (int k = 0; k < ri->nopen && k < MAX_OPEN_P2P; k++) printf("%s %s", k ? "," : "", ri->open_p2p[k]);
+      if (ri->nopen > MAX_OPEN_P2P) printf(" and %d more", ri->nopen - MAX_OPEN_P2P);
+      printf("\n");
+    }
   }
   if (!top) return;
   /* The collective the furthest rank is in: who has not reached it? */

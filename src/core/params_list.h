@@ -82,7 +82,8 @@
     "always do)")                                                                                                     \
   X(SHM_A2A, "BRAID_SHM_A2A", STRING, "auto",                                                                        \
     "shm backend, with single copy: how all-to-all(v) blocks above the slots move: auto (rank 0 times staged rounds " \
-    "and single copy per size class and picks the faster), staged or single (rank 0's value counts)")             \
+    "and single copy per size class, in and out of place apart, and picks the faster), staged or single (rank 0's "   \
+    "value counts)")                                                                                                  \
   X(SHM_ZEROCOPY, "BRAID_SHM_ZEROCOPY", INT, "1",                                                                     \
     "shm backend: 1 lets peers read braid_mem_alloc buffers in place when the kernel allows it, 0 copies them "       \
     "like other memory")                                                                                              \

@@ -1525,8 +1525,9 @@ static int test_order_many_ranks(void) {
 
 /* Large all-to-alls (above the slots) by each path (BRAID_SHM_A2A: staged
    rounds, single copy, or rank 0 timing both, whose first calls of a size
-   class take them in turn): out of place and in place, several calls of
-   each size, every element checked. */
+   class, out of place and in place apart, take them in turn and the later
+   ones the one found faster): out of place and in place, ten calls of each
+   size and kind, every element checked. */
 static int body_a2a_paths(braid_comm *c, int rank, int n, void *arg) {
   (void)arg;
   static const size_t counts[] = {20000, 70000, 300000}; /* i32 per block */
@@ -1534,7 +1535,7 @@ static int body_a2a_paths(braid_comm *c, int rank, int n, void *arg) {
     const size_t cnt = counts[z], total = cnt * (size_t)n;
     int32_t *snd = malloc(total * sizeof *snd), *rcv = malloc(total * sizeof *rcv);
     BT_CHECK(snd && rcv, "out of memory");
-    for (int it = 0; it < 6; it++) {
+    for (int it = 0; it < 20; it++) {
       const int inplace = it & 1;
       for (int j = 0; j < n; j++)
         for (size_t k = 0; k < cnt; k++) snd[(size_t)j * cnt + k] = (int32_t)(rank * 7919 + j * 104729 + (int)k + it);

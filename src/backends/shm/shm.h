@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/types.h>
 
+#include "backends/shm/shm_a2a_pick.h"
 #include "core/comm.h"
 #include "core/mem.h"
 #include "core/reduce.h"
@@ -32,7 +33,6 @@
 #define SHM_SPLICE_AG_MAX ((size_t)1 << 20)
 #define SHM_ROTATE ((size_t)512 << 10)      /* calls staging up to this much per rank rotate (see rotate) */
 #define SHM_ROTATE_REGION ((size_t)2 << 20) /* ... through this much of their region */
-#define SHM_A2A_CLASSES 16 /* size classes of large all-to-all(v) calls: 128 KiB and less, then by 2x */
 #define SHM_NT_MIN ((size_t)16 << 20)          /* transfers from this size copy out with streaming stores */
 #define SHM_BRING 64u                          /* entries of the small-broadcast ring */
 #define SHM_PREFETCH_MAX 1024u                 /* bytes of the next ring entry fetched ahead */
@@ -95,7 +95,6 @@ typedef struct shm_dlog {
    publishes), the sleep doorbell, rarely written identity and the
    braid-memory announcement, each in its own cache line. (The call logs
    are a region of their own, away from the lines every call touches.) */
-typedef struct shm_a2a_class shm_a2a_class;
 
 typedef struct shm_ctl {
   _Alignas(SHM_CL) _Atomic uint64_t flag;
@@ -251,12 +250,8 @@ typedef struct shm_state {
   int npulls;                   /* of those, receives waiting to pull by single copy */
   shm_ctrl **ctrl_q;            /* per destination: control records waiting for ring space */
   /* Rank 0: timings of the two paths of large all-to-all(v) calls, per
-     kind and size class, and the choices published for the next call. */
-  struct shm_a2a_class {
-    uint64_t calls;
-    double time[2];
-    int seen[2];
-  } a2a[2][SHM_A2A_CLASSES];
+     kind and class, and the choices published for the next call. */
+  shm_a2a_class a2a[2][SHM_A2A_CLASSES];
   uint32_t a2a_mask[2];
   uint64_t a2a_calls[2]; /* large calls of each kind so far */
   int a2a_mode;          /* rank 0: BRAID_SHM_A2A, 0 auto, 1 staged, 2 single copy */

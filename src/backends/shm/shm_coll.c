@@ -1263,35 +1263,13 @@ static braid_status a2a_direct(braid_comm *c, shm_state *s, const char *send, ch
   return BRAID_OK;
 }
 
-/* Which of the two moves large blocks faster depends on the host: staged
-   rounds copy every byte twice and read lines the peer has just written;
-   single copy reads each block once, by a system call per peer. On one
-   VM each won by up to 2x, depending on its start (docs/PERFORMANCE.md).
-   So rank 0 times both for each size class, the first calls of a class
-   taking them in turn and then every A2A_RETRY-th the one not chosen, and
-   tells the others: its control line carries, for the large call k of
-   this kind, one bit per class (1: single copy), written when it finished
-   call k - 1. BRAID_SHM_A2A fixes the choice (rank 0's value counts). */
-#define A2A_TRY 4
-#define A2A_RETRY 256
-
-static int a2a_class(size_t most) {
-  int k = 0;
-  while (k < SHM_A2A_CLASSES - 1 && most >= ((size_t)128 << 10) << k) k++;
-  return k;
-}
-
-/* Rank 0: the choice for a class's next call. */
-static int a2a_next(const shm_a2a_class *t, int mode) {
-  if (mode) return mode == 2;
-  if (t->calls < A2A_TRY) return (int)(t->calls & 1);
-  const int best = t->time[1] < t->time[0];
-  return t->calls % A2A_RETRY == 0 ? !best : best;
-}
-
+/* Rank 0's choices (shm_a2a_pick.h) go to the others through its control
+   line: for the large call k of a kind, one bit per class (1: single
+   copy), written when it finished call k - 1. BRAID_SHM_A2A fixes the
+   choice (rank 0's value counts). */
 static void a2a_publish(shm_state *s, int v) {
   uint32_t mask = 0;
-  for (int k = 0; k < SHM_A2A_CLASSES; k++) mask |= (uint32_t)a2a_next(&s->a2a[v][k], s->a2a_mode) << k;
+  for (int k = 0; k < SHM_A2A_CLASSES; k++) mask |= (uint32_t)shm_a2a_next(&s->a2a[v][k], s->a2a_mode) << k;
   s->a2a_mask[v] = mask;
   atomic_store_explicit(&s->mine->a2a_pick[v], (uint64_t)(uint32_t)s->a2a_calls[v] << 32 | mask,
                         memory_order_release);
@@ -1312,9 +1290,9 @@ void shm_a2a_setup(shm_state *s) {
 
 /* 1 when this large call of kind v (0 all-to-all, 1 all-to-allv) takes
    single copy. */
-static braid_status a2a_choose(braid_comm *c, shm_state *s, int v, size_t most, int *direct) {
+static braid_status a2a_choose(braid_comm *c, shm_state *s, int v, size_t most, int inplace, int *direct) {
   const uint32_t k = (uint32_t)s->a2a_calls[v]++;
-  const int cls = a2a_class(most);
+  const int cls = shm_a2a_class_of(most, inplace);
   if (s->me == 0) {
     *direct = (int)(s->a2a_mask[v] >> cls & 1);
     return BRAID_OK;
@@ -1328,13 +1306,9 @@ static braid_status a2a_choose(braid_comm *c, shm_state *s, int v, size_t most, 
 }
 
 /* Rank 0, after a large call of kind v that took `direct` from t0. */
-static void a2a_learn(shm_state *s, int v, size_t most, int direct, double t0) {
+static void a2a_learn(shm_state *s, int v, size_t most, int inplace, int direct, double t0) {
   if (s->me != 0) return;
-  shm_a2a_class *t = &s->a2a[v][a2a_class(most)];
-  const double dt = braid__now() - t0;
-  t->time[direct] = t->seen[direct] ? 0.75 * t->time[direct] + 0.25 * dt : dt;
-  t->seen[direct] = 1;
-  t->calls++;
+  shm_a2a_record(&s->a2a[v][shm_a2a_class_of(most, inplace)], direct, braid__now() - t0);
   a2a_publish(s, v);
 }
 
@@ -1342,13 +1316,13 @@ static void a2a_learn(shm_state *s, int v, size_t most, int direct, double t0) {
    rounds, or single copy where it works and rank 0 chose it. */
 static braid_status a2a_large(braid_comm *c, shm_state *s, const char *send, char *recv, const a2a_plan *pl,
                               size_t most, int check, int from, const char *what) {
-  const int v = !pl->uni, timed = s->cma && (!v || from >= 0);
+  const int v = !pl->uni, timed = s->cma && (!v || from >= 0), inplace = send == recv;
   int direct = 0;
-  braid_status st = timed ? a2a_choose(c, s, v, most, &direct) : BRAID_OK;
+  braid_status st = timed ? a2a_choose(c, s, v, most, inplace, &direct) : BRAID_OK;
   if (st) return st;
   const double t0 = s->me == 0 ? braid__now() : 0;
   st = direct ? a2a_direct(c, s, send, recv, pl, from, what) : a2a_staged(c, s, send, recv, pl, most, check, what);
-  if (!st && timed) a2a_learn(s, v, most, direct, t0);
+  if (!st && timed) a2a_learn(s, v, most, inplace, direct, t0);
   return st;
 }
 

@@ -14,6 +14,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -21,6 +22,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -1323,6 +1325,20 @@ static int test_stranger_bytes_are_no_progress(void) {
   return rc;
 }
 
+/* Lowers this process's descriptor limit to `limit` (the old one in *old)
+   and opens /dev/null until none is left: how many it opened into fds[],
+   or -1. */
+static int exhaust_fds(struct rlimit *old, rlim_t limit, int *fds, int max) {
+  struct rlimit lim;
+  if (getrlimit(RLIMIT_NOFILE, old) != 0) return -1;
+  lim = *old;
+  lim.rlim_cur = limit;
+  if (setrlimit(RLIMIT_NOFILE, &lim) != 0) return -1;
+  int nf = 0;
+  while (nf < max && (fds[nf] = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0) nf++;
+  return nf;
+}
+
 /* Out of descriptors when a receive takes a rendezvous message and must
    open its first socket to the sender: the communicator fails on both
    ranks, naming the reason (a message half taken cannot be put back). */
@@ -1343,14 +1359,10 @@ static int body_no_fds(braid_comm *c, int rank, int n, void *arg) {
      0 has sent nothing to rank 1, so it has no socket to it yet. */
   BT_CHECK_OK(braid_recv(c, v, 4, BRAID_U8, 1, 7), c);
   BT_CHECK_OK(braid_sync(c), c);
-  struct rlimit old, lim;
-  BT_CHECK(getrlimit(RLIMIT_NOFILE, &old) == 0, "getrlimit");
-  lim = old;
-  lim.rlim_cur = 512;
-  BT_CHECK(setrlimit(RLIMIT_NOFILE, &lim) == 0, "setrlimit");
+  struct rlimit old;
   static int fds[1024];
-  int nf = 0;
-  while (nf < 1024 && (fds[nf] = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0) nf++;
+  int nf = exhaust_fds(&old, 512, fds, 1024);
+  BT_CHECK(nf >= 0, "getrlimit or setrlimit");
   braid_status st = braid_recv(c, big, sizeof big, BRAID_U8, 1, 5);
   while (nf) close(fds[--nf]);
   setrlimit(RLIMIT_NOFILE, &old);
@@ -1365,6 +1377,125 @@ static int body_no_fds(braid_comm *c, int rank, int n, void *arg) {
 static int test_descriptors_exhausted(void) {
   static const char *const env[] = {"BRAID_TIMEOUT=20", NULL};
   return run_env(2, body_no_fds, NULL, env, -1, 60);
+}
+
+/* Out of descriptors when a peer's first connection comes: it waits in the
+   backlog, one warning (not one per progress pass) says why, and once a
+   thread of the rank has freed descriptors the message arrives. */
+typedef struct {
+  int *fds;
+  int nf;
+} fd_fill;
+
+static void *free_fds_later(void *arg) {
+  fd_fill *f = arg;
+  usleep(1000000);
+  while (f->nf) close(f->fds[--f->nf]);
+  return NULL;
+}
+
+static int body_accept_fails(braid_comm *c, int rank, int n, void *arg) {
+  (void)n, (void)arg;
+  char v[4] = "abc";
+  if (rank == 0) {
+    usleep(300000); /* rank 1 is out of descriptors by then */
+    BT_CHECK_OK(braid_send(c, v, 4, BRAID_U8, 1, 7), c);
+    BT_CHECK_OK(braid_sync(c), c);
+    return 0;
+  }
+  struct rlimit old;
+  static int fds[1024];
+  fd_fill f = {fds, exhaust_fds(&old, 256, fds, 1024)};
+  BT_CHECK(f.nf >= 0, "getrlimit or setrlimit");
+  pthread_t t;
+  BT_CHECK(pthread_create(&t, NULL, free_fds_later, &f) == 0, "pthread_create");
+  char got[4] = {0};
+  braid_status st = braid_recv(c, got, 4, BRAID_U8, 0, 7);
+  if (!st) st = braid_sync(c);
+  pthread_join(t, NULL);
+  setrlimit(RLIMIT_NOFILE, &old);
+  BT_CHECK_OK(st, c);
+  BT_CHECK(!memcmp(got, "abc", 4), "received %.4s", got);
+  return 0;
+}
+
+static int test_accept_fails(void) {
+  char dir[64], logenv[128], cmd[160];
+  snprintf(dir, sizeof dir, "/tmp/braid-accept-%d", (int)getpid());
+  BT_CHECK(mkdir(dir, 0700) == 0, "mkdir %s", dir);
+  snprintf(logenv, sizeof logenv, "BRAID_LOG_FILE=%s/log-%%p", dir);
+  /* info: the log file opens at init, before the descriptors run out */
+  const char *env[] = {"BRAID_TIMEOUT=20", "BRAID_LOG=info", logenv, NULL};
+  int rc = run_env(2, body_accept_fails, NULL, env, -1, 60);
+  int warnings = 0;
+  DIR *d = opendir(dir);
+  for (struct dirent *e; d && (e = readdir(d));) {
+    char path[256], line[1024];
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    FILE *f = e->d_name[0] == '.' ? NULL : fopen(path, "r");
+    while (f && fgets(line, sizeof line, f)) warnings += strstr(line, "accept on the tcp listener failed") != NULL;
+    if (f) fclose(f);
+  }
+  if (d) closedir(d);
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  BT_CHECK(system(cmd) == 0, "rm");
+  BT_CHECK(!rc, "the message did not arrive once descriptors were free");
+  BT_CHECK(warnings == 1, "%d warnings of the failed accept (one expected, for a second of failures)", warnings);
+  return 0;
+}
+
+/* More than TCP_MAX_UNAUTH ranks make first contact with rank 0 at once:
+   the ones past the cap wait in the backlog; no rank's socket is closed
+   in its handshake. */
+static int body_first_contacts(braid_comm *c, int rank, int n, void *arg) {
+  (void)arg;
+  BT_CHECK_OK(braid_barrier(c), c);
+  if (rank) {
+    int32_t v = rank;
+    BT_CHECK_OK(braid_send(c, &v, 1, BRAID_I32, 0, 3), c);
+    BT_CHECK_OK(braid_sync(c), c);
+  } else {
+    usleep(500000); /* every other rank's connection waits in the backlog meanwhile */
+    int32_t v[TCP_MAX_UNAUTH + 36] = {0};
+    for (int q = 1; q < n; q++) BT_CHECK_OK(braid_recv(c, &v[q], 1, BRAID_I32, q, 3), c);
+    BT_CHECK_OK(braid_sync(c), c);
+    for (int q = 1; q < n; q++) BT_CHECK(v[q] == q, "from rank %d: %d", q, v[q]);
+  }
+  BT_CHECK_OK(braid_barrier(c), c);
+  return 0;
+}
+
+static int test_first_contacts(void) {
+  static const char *const env[] = {"BRAID_INIT_TIMEOUT=120", "BRAID_TIMEOUT=60", NULL};
+  bt_run_opts o = {"tcp", TCP_MAX_UNAUTH + 36, 200, env, -1};
+  return bt_run_ranks_ex(&o, body_first_contacts, NULL, NULL);
+}
+
+/* Rank 0 accepts rank 1's first socket in one progress pass, then spends
+   longer than the handshake's 10 s outside braid: the socket is a peer's,
+   whose HELLO and proof wait unread, not a silent stranger's to close. */
+static int body_handshake_read_late(braid_comm *c, int rank, int n, void *arg) {
+  (void)n, (void)arg;
+  int32_t a = 0, b = 0;
+  if (rank == 1) {
+    int32_t v1 = 11, v2 = 22;
+    BT_CHECK_OK(braid_send(c, &v1, 1, BRAID_I32, 0, 9), c);
+    BT_CHECK_OK(braid_send(c, &v2, 1, BRAID_I32, 0, 5), c);
+    BT_CHECK_OK(braid_sync(c), c);
+    return 0;
+  }
+  usleep(300000);                                        /* rank 1's connection waits in the backlog */
+  BT_CHECK_OK(braid_recv(c, &a, 1, BRAID_I32, 1, 5), c); /* one progress pass: the accept */
+  sleep(11);
+  BT_CHECK_OK(braid_recv(c, &b, 1, BRAID_I32, 1, 9), c);
+  BT_CHECK_OK(braid_sync(c), c);
+  BT_CHECK(a == 22 && b == 11, "received %d and %d", a, b);
+  return 0;
+}
+
+static int test_handshake_read_late(void) {
+  static const char *const env[] = {"BRAID_TIMEOUT=30", NULL};
+  return run_env(2, body_handshake_read_late, NULL, env, -1, 60);
 }
 
 /* ---------------------------------------------------------------- IPv6 */
@@ -1629,6 +1760,9 @@ int main(int argc, char **argv) {
       {"hostile_data", test_hostile_data, 200},
       {"stranger_bytes_are_no_progress", test_stranger_bytes_are_no_progress, 60},
       {"descriptors_exhausted", test_descriptors_exhausted, 60},
+      {"accept_fails", test_accept_fails, 90},
+      {"first_contacts", test_first_contacts, 300},
+      {"handshake_read_late", test_handshake_read_late, 90},
       {"ipv6", test_ipv6, 200},
       {"no_token", test_no_token, 200},
       {"fd_leak", test_fd_leak, 300},

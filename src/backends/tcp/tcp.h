@@ -32,6 +32,8 @@ _Static_assert(TCP_HDR_READ > BRAID_TCP_HDR, "a header read must hold a whole he
 #define TCP_DATA_DEPTH 2                   /* DATA frames queued per socket */
 #define TCP_AUTH_TIMEOUT_S 10.0            /* an accepted socket must authenticate within this */
 #define TCP_MAX_UNAUTH 64                  /* accepted sockets still in their handshake, at most */
+#define TCP_ACCEPT_RETRY_S 0.1             /* after accept failed, the listener rests this long */
+#define TCP_SILENT_S 0.5                   /* at the cap, a socket silent this long since accept may go */
 #define TCP_KEY_LEN 32
 
 /* Connection states. Outgoing: CONNECTING -> WAIT_ACK -> READY. Incoming:
@@ -101,6 +103,7 @@ typedef struct tcp_conn {
   tcp_umsg *ru;                      /* or the unexpected message */
   uint8_t small[BRAID_TCP_FAIL_MAX]; /* handshake and FAIL payloads */
   uint8_t nonce_c[BRAID_TCP_NONCE], nonce_s[BRAID_TCP_NONCE];
+  double accepted;       /* when this rank accepted it */
   double auth_deadline;
   struct tcp_conn *next; /* every connection of the communicator */
 } tcp_conn;
@@ -149,6 +152,12 @@ typedef struct tcp_state {
   tcp_conn *conns; /* every connection, open or closed */
   int nclosed;     /* closed ones to free */
   int nunauth;     /* accepted sockets in their handshake */
+  /* The listener leaves the epoll set while TCP_MAX_UNAUTH sockets are in
+     their handshake, or for a while after accept failed (out of
+     descriptors, say): connections wait in the kernel's backlog. */
+  int listen_paused;
+  double accept_retry;      /* accept failed: not again before this */
+  double accept_warn_next;  /* rate limit of that warning */
   int nstream;     /* peers with DATA to queue */
   tcp_frame *free_frames;
   /* Payload buffers of unexpected messages kept for reuse, one list per
@@ -201,7 +210,7 @@ void tcp_conn_close(tcp_state *s, tcp_conn *k);
 /* Frees closed connections (after an event batch, when nothing points at them). */
 void tcp_reap(tcp_state *s);
 /* Closes accepted sockets past their authentication deadline. */
-void tcp_expire(braid_comm *c, tcp_state *s);
+braid_status tcp_expire(braid_comm *c, tcp_state *s);
 /* Updates the socket's epoll interest to what it waits for. */
 void tcp_watch(tcp_state *s, tcp_conn *k);
 /* Peer q destroyed its communicator and nothing more can come from it. */

@@ -6,6 +6,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -241,6 +242,19 @@ void tcp_watch(tcp_state *s, tcp_conn *k) {
   if (epoll_ctl(s->epfd, EPOLL_CTL_MOD, k->fd, &ev) == 0) k->events = want;
 }
 
+/* The listener in the epoll set or out of it. */
+static void listener_watch(tcp_state *s, int on) {
+  if (s->lfd < 0 || s->listen_paused == !on) return;
+  struct epoll_event ev = {.events = on ? EPOLLIN : 0, .data.ptr = &s->tag_listen};
+  if (epoll_ctl(s->epfd, EPOLL_CTL_MOD, s->lfd, &ev) == 0) s->listen_paused = !on;
+}
+
+/* A socket left its handshake: a paused listener may take the next. */
+static void unauth_done(tcp_state *s) {
+  s->nunauth--;
+  if (s->listen_paused && s->nunauth < TCP_MAX_UNAUTH && braid__now() >= s->accept_retry) listener_watch(s, 1);
+}
+
 void tcp_conn_close(tcp_state *s, tcp_conn *k) {
   if (k->state == C_CLOSED) return;
   if (k->fd >= 0) {
@@ -248,7 +262,7 @@ void tcp_conn_close(tcp_state *s, tcp_conn *k) {
     close(k->fd);
     k->fd = -1;
   }
-  if (k->state == C_IN_HELLO || k->state == C_IN_AUTH) s->nunauth--;
+  if (k->state == C_IN_HELLO || k->state == C_IN_AUTH) unauth_done(s);
   if (k->peer >= 0) {
     tcp_peer *p = &s->peers[k->peer];
     if (k->out && p->out[k->idx] == k) p->out[k->idx] = NULL;
@@ -530,30 +544,56 @@ braid_status tcp_connected(braid_comm *c, tcp_state *s, tcp_conn *k) {
   return tcp_flush(c, s, k);
 }
 
+#define TCP_CROWDED "too many connections in their handshake at once (the longest silent one is closed)"
+
+/* At the cap: the socket in its handshake that has been silent longest,
+   for TCP_SILENT_S at least, else NULL. A peer sends its HELLO as soon as
+   it is connected, and one read at accept takes it, so a silent one is a
+   stranger's; one that spoke may be a peer's mid-handshake and stays. */
+static tcp_conn *silent_victim(tcp_state *s, double now) {
+  tcp_conn *old = NULL;
+  for (tcp_conn *k = s->conns; k; k = k->next)
+    if (k->state == C_IN_HELLO && k->rlen == 0 && k->accepted + TCP_SILENT_S <= now &&
+        (!old || k->accepted < old->accepted))
+      old = k;
+  return old;
+}
+
 braid_status tcp_accept(braid_comm *c, tcp_state *s) {
   for (int i = 0; i < 64; i++) {
+    /* At the cap the rest wait in the backlog while handshakes end, or
+       until a silent one can go (tcp_expire makes that room). */
+    if (s->nunauth >= TCP_MAX_UNAUTH) {
+      tcp_conn *old = silent_victim(s, braid__now());
+      if (!old) {
+        listener_watch(s, 0);
+        return BRAID_OK;
+      }
+      tcp_refuse(c, s, old, TCP_CROWDED);
+    }
     struct sockaddr_storage ss;
     socklen_t sl = sizeof ss;
     int fd = accept4(s->lfd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return BRAID_OK;
-      /* Out of descriptors, say: the connection waits in the backlog. */
-      BLOG_WARN(BRAID_SUB_TCP, c->rank, "%s: accept on the tcp listener failed: %s", c->call ? c->call : "braid",
-                strerror(errno));
+      /* Out of descriptors, say: the connection waits in the backlog, and
+         the listener, still readable, rests a while instead of waking
+         every wait at once. */
+      const int e = errno;
+      const double now = braid__now();
+      if (now >= s->accept_warn_next) {
+        BLOG_WARN(BRAID_SUB_TCP, c->rank,
+                  "%s: accept on the tcp listener failed: %s (connections wait; tried again every %g s)",
+                  c->call ? c->call : "braid", strerror(e), TCP_ACCEPT_RETRY_S);
+        s->accept_warn_next = now + 10.0;
+      }
+      s->accept_retry = now + TCP_ACCEPT_RETRY_S;
+      listener_watch(s, 0);
       return BRAID_OK;
     }
     char where[80];
     braid__sock_addr_format((struct sockaddr *)&ss, where, sizeof where);
-    if (s->nunauth >= TCP_MAX_UNAUTH) {
-      /* The oldest goes: a peer's handshake takes a round trip, so a crowd
-         of silent strangers cannot keep a real peer out. */
-      tcp_conn *old = NULL;
-      for (tcp_conn *k = s->conns; k; k = k->next)
-        if ((k->state == C_IN_HELLO || k->state == C_IN_AUTH) && (!old || k->auth_deadline < old->auth_deadline))
-          old = k;
-      if (old) tcp_refuse(c, s, old, "too many connections in their handshake at once (the oldest is closed)");
-    }
     set_options(s, fd);
     tcp_conn *k = conn_new(s, fd, 0, -1, 0, C_IN_HELLO);
     if (!k) {
@@ -561,8 +601,12 @@ braid_status tcp_accept(braid_comm *c, tcp_state *s) {
       continue;
     }
     snprintf(k->where, sizeof k->where, "%s", where);
-    k->auth_deadline = braid__now() + TCP_AUTH_TIMEOUT_S;
+    k->accepted = braid__now();
+    k->auth_deadline = k->accepted + TCP_AUTH_TIMEOUT_S;
     s->nunauth++;
+    /* A peer's HELLO is often in already. */
+    braid_status st = tcp_read(c, s, k);
+    if (st) return st;
   }
   return BRAID_OK;
 }
@@ -582,6 +626,9 @@ static braid_status hello(braid_comm *c, tcp_state *s, tcp_conn *k) {
   }
   k->peer = (int)m.src;
   k->idx = (int)m.index;
+  /* The peer spoke: its proof is due within the time from now (this rank
+     may have read the HELLO long after it came). */
+  k->auth_deadline = braid__now() + TCP_AUTH_TIMEOUT_S;
   memcpy(k->nonce_c, m.nonce, sizeof m.nonce);
   uint8_t pl[BRAID_TCP_ACK_LEN];
   if (braid__random_bytes(k->nonce_s, sizeof k->nonce_s) ||
@@ -623,7 +670,7 @@ static braid_status auth(braid_comm *c, tcp_state *s, tcp_conn *k) {
   k->rbuf = nb;
   k->rcap = TCP_RBUF;
   k->state = C_IN_READY;
-  s->nunauth--;
+  unauth_done(s);
   p->in[k->idx] = k;
   p->nin++;
   BLOG_DEBUG(BRAID_SUB_TCP, c->rank, "rank %d's socket %d from %s authenticated", k->peer, k->idx, k->where);
@@ -679,12 +726,29 @@ void tcp_refuse(braid_comm *c, tcp_state *s, tcp_conn *k, const char *why) {
   if (k->fd >= 0) tcp_conn_close(s, k);
 }
 
-void tcp_expire(braid_comm *c, tcp_state *s) {
-  if (!s->nunauth) return;
-  double now = braid__now();
-  for (tcp_conn *k = s->conns; k; k = k->next)
+braid_status tcp_expire(braid_comm *c, tcp_state *s) {
+  const double now = braid__now();
+  if (s->listen_paused && now >= s->accept_retry) {
+    if (s->nunauth >= TCP_MAX_UNAUTH) {
+      /* Paused at the cap: a connection waiting in the backlog may take the
+         place of a silent one. */
+      struct pollfd pl = {.fd = s->lfd, .events = POLLIN};
+      tcp_conn *old = poll(&pl, 1, 0) > 0 ? silent_victim(s, now) : NULL;
+      if (old) tcp_refuse(c, s, old, TCP_CROWDED);
+    }
+    if (s->nunauth < TCP_MAX_UNAUTH) listener_watch(s, 1);
+  }
+  if (!s->nunauth) return BRAID_OK;
+  for (tcp_conn *k = s->conns; k; k = k->next) {
+    if (!(k->state == C_IN_HELLO || k->state == C_IN_AUTH) || now < k->auth_deadline) continue;
+    /* What it sent may wait unread (this rank was away from braid, or the
+       last pass took fewer events than were ready): read it first. */
+    braid_status st = tcp_read(c, s, k);
+    if (st) return st;
     if ((k->state == C_IN_HELLO || k->state == C_IN_AUTH) && now >= k->auth_deadline)
       tcp_refuse(c, s, k, "no complete handshake within 10 s");
+  }
+  return BRAID_OK;
 }
 
 /* ---------------------------------------------------------------- closed sockets */

@@ -1049,7 +1049,7 @@ braid_status tcp_progress(braid_comm *c) {
   }
   for (int q = 0; q < s->n && s->nstream && !st; q++)
     if (s->peers[q].nstream) st = tcp_feed(c, s, q);
-  if (!st) tcp_expire(c, s);
+  if (!st) st = tcp_expire(c, s);
   tcp_reap(s);
   if (st && !s->err) s->err = st;
   return st;

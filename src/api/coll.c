@@ -27,8 +27,8 @@ static braid_status begin(braid_comm *c, braid__coll_kind kind, size_t count, br
     return (braid_status)atomic_load(&c->failed);
   /* A message of an earlier collective that no receive took: its sender
      was in another call (a broadcast root that did not wait learns here). */
-  if (c->match.nunexp && c->check) {
-    braid_status st = braid__coll_check_stale(c, 0);
+  if ((c->match.nunexp || c->ops->find_unexpected) && c->check) {
+    braid_status st = braid__coll_check_stale(c, 0, 0);
     if (st) return st;
   }
   if (c->check && c->ops->coll_start) c->ops->coll_start(c);
@@ -41,7 +41,7 @@ static braid_status begin(braid_comm *c, braid__coll_kind kind, size_t count, br
    (from a broadcast root that did not wait): the next collective looks
    again when it ends. */
 static braid_status end_generic(braid_comm *c, braid_status st) {
-  if (!st && c->match.nunexp && c->check) st = braid__coll_check_stale(c, 1);
+  if (!st && (c->match.nunexp || c->ops->find_unexpected) && c->check) st = braid__coll_check_stale(c, 1, 1);
   c->stale_watch = 1;
   return st;
 }
@@ -54,7 +54,7 @@ static braid_status end_native(braid_comm *c, braid_status st) {
   c->stale_watch = 0;
   if (st || !c->check) return st;
   if ((st = c->ops->progress(c))) return st;
-  return c->match.nunexp ? braid__coll_check_stale(c, 1) : BRAID_OK;
+  return c->match.nunexp || c->ops->find_unexpected ? braid__coll_check_stale(c, 1, 1) : BRAID_OK;
 }
 
 /* The backend's own version unless BRAID_ALGO named a generic algorithm. */

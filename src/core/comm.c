@@ -73,6 +73,16 @@ braid_status braid__fail_comm(braid_comm *c, braid_status st, const char *fmt, .
 
 braid_status braid__fail_relayed(braid_comm *c, braid_status st, const char *msg) { return record(c, st, msg, 1); }
 
+void braid__fail_as(braid_comm *c, braid_status st, const char *text) {
+  int expected = 0;
+  pthread_mutex_lock(&c->err_lock);
+  if (atomic_compare_exchange_strong(&c->failed, &expected, (int)st)) {
+    snprintf(c->fatal_error, sizeof c->fatal_error, "%s (rank %d)", text, braid__label(c, c->rank));
+    snprintf(c->fatal_text, sizeof c->fatal_text, "%s", text);
+  }
+  pthread_mutex_unlock(&c->err_lock);
+}
+
 const char *braid_last_error(const braid_comm *comm) {
   if (!comm) return tls_error;
   braid_comm *c = (braid_comm *)comm;
@@ -118,11 +128,14 @@ braid_status braid__coll_mismatch_at(braid_comm *c, int peer, const braid__desc 
   return braid__coll_mismatch_of(c, c->seq, &c->desc, peer, theirs, their_seq);
 }
 
-braid_status braid__coll_check_stale(braid_comm *c, int inclusive) {
+braid_status braid__coll_check_stale(braid_comm *c, int inclusive, int progress) {
   int src;
   braid__msg_hdr h;
   uint64_t at;
-  if (!c->match.nunexp || !braid__match_find_stale(c, c->seq, inclusive, &src, &h, &at)) return BRAID_OK;
+  int found = c->match.nunexp && braid__match_find_stale(c, c->seq, inclusive, &src, &h, &at);
+  if (!found && c->ops->find_unexpected)
+    found = c->ops->find_unexpected(c, c->seq, inclusive, NULL, progress, &src, &h, &at);
+  if (!found) return BRAID_OK;
   /* at is the sequence number as the tag keeps it (wrapped): name the full
      one this rank had then. */
   uint64_t seq = c->seq - ((c->seq - at) & braid__tag_mask(BRAID__TAG_SEQ_BITS));
@@ -131,14 +144,14 @@ braid_status braid__coll_check_stale(braid_comm *c, int inclusive) {
     return braid__fail_comm(c, BRAID_ERR_MISMATCH,
                             "rank %d sent a message in collective #%llu that this rank's call never received: the "
                             "ranks disagree on the calls",
-                            src, (unsigned long long)seq);
+                            braid__label(c, src), (unsigned long long)seq);
   if (mine) return braid__coll_mismatch_of(c, seq, mine, src, &h.desc, seq);
   char d[160];
   braid__desc_format(&h.desc, d, sizeof d);
   return braid__fail_comm(c, BRAID_ERR_MISMATCH,
                           "rank %d sent a message of %s as collective #%llu that this rank never received: the ranks "
                           "disagree on the calls",
-                          src, d, (unsigned long long)seq);
+                          braid__label(c, src), d, (unsigned long long)seq);
 }
 
 braid_status braid__coll_mismatch(braid_comm *c, int peer, const braid__desc *theirs) {

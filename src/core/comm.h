@@ -129,6 +129,13 @@ struct braid__backend {
      peer_desc. Optional. */
   void (*coll_start)(braid_comm *c);
 
+  /* A composed backend whose parts hold its messages (hier): the question
+     of braid__match_scan_of about c's own collectives, asked of every part
+     (src: c's rank). progress: the parts may first take what arrived.
+     Optional. */
+  int (*find_unexpected)(braid_comm *c, uint64_t seq, int inclusive, const braid__desc *mine, int progress, int *src,
+                         braid__msg_hdr *h, uint64_t *tag_seq);
+
   /* Native collectives (optional). */
   /* Optional: nonzero when this call of kind (bytes per rank's buffer or
      block, as the selection table counts them) should take the generic
@@ -291,6 +298,9 @@ braid_status braid__fail_comm(braid_comm *c, braid_status st, const char *fmt, .
 /* Fails c with a message that is already whole (another rank's sentence,
    published to this one): only " (rank R)" is added when it lacks one. */
 braid_status braid__fail_relayed(braid_comm *c, braid_status st, const char *msg);
+/* Fails c with another communicator's failure (text: its sentence without
+   the rank), quietly: a composed backend's part, when the whole fails. */
+void braid__fail_as(braid_comm *c, braid_status st, const char *text);
 
 /* braid__fail(NULL, ...) for calls that have no communicator, naming the
    caller after the sentence: " (rank R)" from BRAID_RANK, else " (pid P)"
@@ -339,8 +349,9 @@ braid_status braid__coll_mismatch_of(braid_comm *c, uint64_t seq, const braid__d
                                      const braid__desc *theirs, uint64_t their_seq);
 /* Messages of collectives this rank has finished (before seq, or up to it
    when inclusive) that no receive took: the sender was in another call.
-   Fails c with the mismatch and returns it; OK when there are none. */
-braid_status braid__coll_check_stale(braid_comm *c, int inclusive);
+   Fails c with the mismatch and returns it; OK when there are none.
+   progress: a composed backend's parts may first take what arrived. */
+braid_status braid__coll_check_stale(braid_comm *c, int inclusive, int progress);
 
 /* Allocation and release of the bare object (api/ and the sub-communicator helper). */
 braid_comm *braid__comm_alloc(void);

@@ -320,6 +320,37 @@ int braid__match_find_stale(braid_comm *c, uint64_t seq, int inclusive, int *src
   return 1;
 }
 
+int braid__match_scan_of(braid_comm *c, uint64_t comm_id, uint64_t seq, int inclusive, const braid__desc *mine,
+                         int *src, braid__msg_hdr *h, uint64_t *tag_seq) {
+  if (!c->match.nunexp) return 0;
+  braid__match_table *t = &c->match.unexp;
+  braid__match_bucket *b = buckets(t);
+  const size_t nb = (size_t)1 << bits_of(t);
+  const uint64_t fold = braid__tag_comm_fold(comm_id), mask = braid__tag_mask(BRAID__TAG_SEQ_BITS);
+  const braid__umsg *found = NULL;
+  uint64_t most = 0; /* how far behind seq the oldest found is */
+  for (size_t i = 0; i < nb && !(found && mine); i++)
+    for (const link *e = b[i].head; e && !(found && mine); e = e->next) {
+      const braid__umsg *u = (const braid__umsg *)e;
+      const uint64_t tag = u->h.tag;
+      if (!braid__tag_is_internal(tag) || braid__tag_comm(tag) != fold) continue;
+      const uint64_t ahead = (braid__tag_seq(tag) - seq) & mask, behind = (seq - braid__tag_seq(tag)) & mask;
+      if (mine) {
+        if (ahead || braid__desc_equal(&u->h.desc, mine)) continue;
+      } else if (ahead < mask / 2 && !(ahead == 0 && inclusive)) {
+        continue; /* this collective or a later one */
+      }
+      if (found && (ahead ? behind : 0) <= most) continue;
+      found = u;
+      most = ahead ? behind : 0;
+    }
+  if (!found) return 0;
+  *src = found->src;
+  *h = found->h;
+  *tag_seq = braid__tag_seq(found->h.tag);
+  return 1;
+}
+
 braid__umsg *braid__match_pop_unexpected(braid_comm *c) {
   if (!c->match.nunexp) return NULL;
   braid__umsg *u = (braid__umsg *)pop_any(&c->match.unexp);

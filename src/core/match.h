@@ -97,6 +97,15 @@ int braid__match_find_foreign(struct braid_comm *c, uint64_t seq, const braid__d
 int braid__match_find_stale(struct braid_comm *c, uint64_t seq, int inclusive, int *src, braid__msg_hdr *h,
                             uint64_t *tag_seq);
 
+/* The same two questions about the internal messages of another
+   communicator (comm_id) that wait in c's queue, as a composed backend's
+   parts hold its messages: with mine, one of collective seq whose
+   descriptor differs from mine (the first found); without, the oldest of a
+   collective before seq (or up to seq when inclusive). A walk of the whole
+   queue. 1 with its source (c's rank), header and tag sequence number. */
+int braid__match_scan_of(struct braid_comm *c, uint64_t comm_id, uint64_t seq, int inclusive, const braid__desc *mine,
+                         int *src, braid__msg_hdr *h, uint64_t *tag_seq);
+
 /* Destroy: takes every queued entry off, one at a time; NULL when empty. */
 braid__umsg *braid__match_pop_unexpected(struct braid_comm *c);
 /* Destroy: every unexpected message off, released by the backend and freed. */

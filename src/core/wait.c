@@ -133,8 +133,10 @@ void braid__publish_failure(braid_comm *c) {
   pthread_mutex_lock(&c->err_lock);
   snprintf(text, sizeof text, "%s", c->fatal_text);
   pthread_mutex_unlock(&c->err_lock);
-  /* A failure that came from another rank is already on its way. */
-  if (c->ops->publish_failure && c->be) c->ops->publish_failure(c, (braid_status)st, text);
+  /* The store first: a rank that hears of the failure through the
+     backend's channel may leave at once, and a third rank that then finds
+     it gone looks in the store for why. (A failure that came from another
+     rank is already on its way.) */
   if (c->boot) {
     char val[BRAID_ERRLEN + 32];
     int n = snprintf(val, sizeof val, "%d %d %s", st, c->rank, text);
@@ -145,6 +147,7 @@ void braid__publish_failure(braid_comm *c) {
       BLOG_DEBUG(BRAID_SUB_COLL, c->rank, "could not publish the failure in the store");
     if (store) braid__store_set_op_timeout(store, op);
   }
+  if (c->ops->publish_failure && c->be) c->ops->publish_failure(c, (braid_status)st, text);
 }
 
 /* What survivors are told: a collective mismatch stays a mismatch (the same
@@ -183,10 +186,23 @@ int braid__poll_remote_failure(braid_comm *c, int use_store) {
     relay(c, st, braid__label(c, origin), text);
     return 1;
   }
-  if (!use_store || !c->boot) return 0;
+  if (!use_store) return 0;
   void *v = NULL;
   size_t len = 0;
-  if (braid__boot_peek(c->boot, FAIL_KEY, &v, &len, STORE_REPLY_S) != 1) return 0;
+  if (!c->boot || braid__boot_peek(c->boot, FAIL_KEY, &v, &len, STORE_REPLY_S) != 1) {
+    /* A part of a composed communicator: the whole's failure, which its
+       origin published where this part's ranks may not hear it (the origin
+       is on another node, or heard it from another rank itself). */
+    braid_comm *o = c->owner;
+    if (!o || !braid__poll_remote_failure(o, 1)) return 0;
+    char otext[BRAID_ERRLEN];
+    pthread_mutex_lock(&o->err_lock);
+    snprintf(otext, sizeof otext, "%s", o->fatal_text);
+    pthread_mutex_unlock(&o->err_lock);
+    braid__fail_as(c, (braid_status)atomic_load(&o->failed), otext);
+    c->fail_published = 1;
+    return 1;
+  }
   char buf[BRAID_ERRLEN + 32];
   snprintf(buf, sizeof buf, "%.*s", (int)(len < sizeof buf ? len : sizeof buf - 1), (const char *)v);
   free(v);
@@ -255,17 +271,65 @@ static braid_status cross_check(braid_comm *c, int peer) {
   }
   int src;
   if (braid__match_find_foreign(c, c->seq, &c->desc, &src, &d)) return braid__coll_mismatch(c, src, &d);
+  /* A message of an earlier collective that arrived after this one began
+     (its sender was in another call and went on). */
+  braid_status st = braid__coll_check_stale(c, 0, 1);
+  if (st) return st;
+  braid__msg_hdr h;
+  uint64_t at;
+  if (c->ops->find_unexpected && c->ops->find_unexpected(c, c->seq, 0, &c->desc, 1, &src, &h, &at))
+    return braid__coll_mismatch(c, src, &h.desc);
+  /* A part of a composed communicator, waiting inside the whole's call:
+     a message of the whole's earlier collective that nobody took. The
+     whole fails, and with it its parts, this one included. */
+  braid_comm *o = c->owner;
+  if (o && o->check && o->desc.kind != BRAID__COLL_NONE && (st = braid__coll_check_stale(o, 0, 1))) {
+    braid__publish_failure(o);
+    return atomic_load(&c->failed) ? (braid_status)atomic_load(&c->failed) : st;
+  }
   return BRAID_OK;
 }
 
 /* Where this rank's position in the collectives is kept in the store
-   ("pos/<rank>": the sequence number it waits in), for ranks that cannot
-   read each other's positions through their backend. */
+   ("pos/<rank>": the sequence number it waits in and that call's
+   descriptor), for ranks that cannot read each other's positions through
+   their backend. */
 static void publish_position(braid_comm *c) {
-  char key[32], val[32];
+  char key[32], val[96];
+  const braid__desc *d = &c->desc;
   snprintf(key, sizeof key, "pos/%d", c->rank);
-  snprintf(val, sizeof val, "%llu", (unsigned long long)c->seq);
+  snprintf(val, sizeof val, "%llu %u %llu %u %u %ld", (unsigned long long)c->seq, (unsigned)d->kind,
+           (unsigned long long)d->count, (unsigned)d->dt, (unsigned)d->flags, (long)d->arg);
   braid__boot_set(c->boot, key, val, strlen(val));
+}
+
+/* The position rank q published: 1 with the collective it waits in (*at)
+   and, when has_desc is set, that call's descriptor; 0 when it published
+   none; -1 when the store does not answer. */
+static int peer_position(braid_comm *c, int q, uint64_t *at, braid__desc *d, int *has_desc) {
+  char key[32];
+  void *v = NULL;
+  size_t len = 0;
+  *at = 0;
+  *has_desc = 0;
+  snprintf(key, sizeof key, "pos/%d", q);
+  int r = braid__boot_peek(c->boot, key, &v, &len, STORE_REPLY_S);
+  if (r == 1) {
+    char buf[96];
+    unsigned long long seq = 0, count = 0;
+    unsigned kind = 0, dt = 0, flags = 0;
+    long arg = 0;
+    snprintf(buf, sizeof buf, "%.*s", (int)(len < sizeof buf ? len : sizeof buf - 1), (const char *)v);
+    int got = sscanf(buf, "%llu %u %llu %u %u %ld", &seq, &kind, &count, &dt, &flags, &arg);
+    *at = seq;
+    if (got == 6) {
+      *d = braid__desc_make((braid__coll_kind)kind, (size_t)count, (braid_dtype)dt, (int32_t)arg);
+      d->flags = (uint16_t)flags;
+      *has_desc = 1;
+    }
+  }
+  free(v);
+  return r;
 }
 
 /* Whether rank q has entered this rank's current collective: from the
@@ -273,22 +337,31 @@ static void publish_position(braid_comm *c) {
    when unknown. *at: the collective q is known to be in (0: none). */
 static int entered(braid_comm *c, int q, uint64_t *at) {
   braid__desc d;
+  int has;
   *at = 0;
   if (c->ops->peer_desc) return c->ops->peer_desc(c, q, c->seq, &d);
   if (!c->boot) return -1;
-  char key[32];
-  void *v = NULL;
-  size_t len = 0;
-  snprintf(key, sizeof key, "pos/%d", q);
-  int r = braid__boot_peek(c->boot, key, &v, &len, STORE_REPLY_S);
-  if (r < 0) return -1;
-  if (r == 1) {
-    char buf[32];
-    snprintf(buf, sizeof buf, "%.*s", (int)(len < sizeof buf ? len : sizeof buf - 1), (const char *)v);
-    *at = strtoull(buf, NULL, 10);
-  }
-  free(v);
+  if (peer_position(c, q, at, &d, &has) < 0) return -1;
   return *at >= c->seq;
+}
+
+/* The check without call logs, once this rank's wait has published its
+   position: the awaited rank (else one rank per check, in turn) waits in
+   this collective with another call. Finds what no message shows: ranks
+   waiting for each other's messages because they disagree on a root. */
+static braid_status position_check(braid_comm *c, braid__waiter *w, int peer) {
+  if (!c->check || !w->pos_published || c->size < 2) return BRAID_OK;
+  int q = peer;
+  if (q < 0 || q == c->rank) {
+    q = (int)(w->probe++ % (unsigned)c->size);
+    if (q == c->rank) q = (q + 1) % c->size;
+  }
+  uint64_t at;
+  braid__desc d;
+  int has;
+  if (peer_position(c, q, &at, &d, &has) == 1 && has && at == c->seq && !braid__desc_equal(&d, &c->desc))
+    return braid__coll_mismatch(c, q, &d);
+  return BRAID_OK;
 }
 
 /* "; not in collective #42: ranks 2, 5 (at #41)" for a timeout inside a
@@ -334,6 +407,7 @@ static braid_status checks(braid_comm *c, braid__waiter *w, int peer, const char
     }
     if ((st = c->ops->check_peers(c, peer, WHAT))) return fail_published(c, st);
     if ((st = cross_check(c, peer))) return fail_published(c, st);
+    if ((st = position_check(c, w, peer))) return fail_published(c, st);
   }
   if (now >= w->deadline) {
     char who[256];

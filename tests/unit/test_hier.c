@@ -179,23 +179,60 @@ static int test_p2p(void) {
 
 /* ---------------------------------------------------------------- failures */
 
+/* One rank (rank 1, or with arg the last one, which then stays a while so
+   the others cannot learn of it from its leaving) uses another op. */
 static int body_mismatch(braid_comm *c, int rank, int n, void *arg) {
-  (void)arg, (void)n;
+  const int odd = arg ? n - 1 : 1;
   float x[64] = {0};
   BT_CHECK_OK(braid_all_reduce(c, x, 64, BRAID_F32, BRAID_SUM), c);
   double t0 = now_s();
-  braid_status st = braid_all_reduce(c, x, 64, BRAID_F32, rank == 1 ? BRAID_MAX : BRAID_SUM);
+  braid_status st = braid_all_reduce(c, x, 64, BRAID_F32, rank == odd ? BRAID_MAX : BRAID_SUM);
   if (st == BRAID_OK) st = braid_barrier(c);
   BT_CHECK(st == BRAID_ERR_MISMATCH, "rank %d got %s: %s", rank, braid_status_string(st), braid_last_error(c));
   BT_CHECK(now_s() - t0 < 10.0, "noticed after %.2f s", now_s() - t0);
+  if (arg && rank == odd) usleep(3000000);
+  return 0;
+}
+
+/* The last rank makes another rooted call (another root, or reduce for
+   gather). The generic algorithms' messages then wait unreceived in the
+   parts' queues, or nobody sends at all while ranks wait for each other:
+   every rank still returns MISMATCH, promptly. */
+static int body_mismatch_rooted(braid_comm *c, int rank, int n, void *arg) {
+  const int kind = *(const int *)arg, odd = rank == n - 1;
+  float x[64] = {0}, y[64 * 8];
+  BT_CHECK_OK(braid_all_reduce(c, x, 64, BRAID_F32, BRAID_SUM), c);
+  double t0 = now_s();
+  braid_status st;
+  switch (kind) {
+    case 0: st = braid_gather(c, x, y, 64, BRAID_F32, odd ? 1 : 0); break;
+    case 1: st = braid_scatter(c, y, x, 64, BRAID_F32, odd ? 1 : 0); break;
+    case 2: st = braid_reduce(c, x, y, 64, BRAID_F32, BRAID_SUM, odd ? 1 : 0); break;
+    default:
+      st = odd ? braid_reduce(c, x, y, 64, BRAID_F32, BRAID_SUM, 0) : braid_gather(c, x, y, 64, BRAID_F32, 0);
+      break;
+  }
+  if (st == BRAID_OK) st = braid_barrier(c);
+  BT_CHECK(st == BRAID_ERR_MISMATCH, "case %d: rank %d got %s: %s", kind, rank, braid_status_string(st),
+           braid_last_error(c));
+  BT_CHECK(now_s() - t0 < 10.0, "case %d: noticed after %.2f s", kind, now_s() - t0);
   return 0;
 }
 
 static int test_call_check(void) {
   if (!has_hier()) return 0;
   static const char *const env[] = {"BRAID_TIMEOUT=60", NULL};
-  return run_layout(&layouts[0], body_mismatch, NULL, env, NULL) ||
-         run_layout(&layouts[2], body_mismatch, NULL, env, NULL);
+  static int last = 1;
+  if (run_layout(&layouts[0], body_mismatch, NULL, env, NULL) || run_layout(&layouts[2], body_mismatch, NULL, env, NULL) ||
+      run_layout(&layouts[0], body_mismatch, &last, env, NULL) || run_layout(&layouts[1], body_mismatch, &last, env, NULL))
+    return 1;
+  for (int kind = 0; kind < 4; kind++)
+    for (int l = 0; l < 2; l++)
+      if (run_layout(&layouts[l], body_mismatch_rooted, &kind, env, NULL)) {
+        fprintf(stderr, "hier: rooted mismatch %d, layout %s\n", kind, layouts[l].name);
+        return 1;
+      }
+  return 0;
 }
 
 /* Rank 3 (on node b) dies in the middle of all-reduces: every rank on
@@ -217,6 +254,34 @@ static int body_kill(braid_comm *c, int rank, int n, void *arg) {
   }
   BT_CHECK(0, "rank %d never noticed", rank);
   return 1;
+}
+
+/* braid_destroy with receives nobody sends (from every other rank: in the
+   node part and between nodes) waits BRAID_DESTROY_TIMEOUT (1 s here) for
+   them, and the parts then share as long again, as tcp takes as long again
+   to finish a frame: 2 s, not 1 s per part on top. On a child spanning the
+   nodes (hier again). */
+static int body_destroy_pending(braid_comm *c, int rank, int n, void *arg) {
+  (void)arg;
+  braid_comm *child = NULL;
+  BT_CHECK_OK(braid_split(c, 0, (uint32_t)rank, &child), c);
+  BT_CHECK(!strcmp(braid_backend(child), "hier"), "the child is %s", braid_backend(child));
+  float v[16][4];
+  for (int q = 0; q < n && q < 16; q++)
+    if (q != rank) BT_CHECK_OK(braid_recv(child, v[q], 4, BRAID_F32, q, 99), child);
+  double t0 = now_s();
+  BT_CHECK_OK(braid_destroy(child), NULL);
+  const double dt = now_s() - t0;
+  BT_CHECK(dt < 2.6, "braid_destroy took %.2f s with BRAID_DESTROY_TIMEOUT=1", dt);
+  BT_CHECK_OK(braid_barrier(c), c);
+  return 0;
+}
+
+static int test_destroy_budget(void) {
+  if (!has_hier()) return 0;
+  static const char *const env[] = {"BRAID_DESTROY_TIMEOUT=1", "BRAID_TIMEOUT=30", NULL};
+  return run_layout(&layouts[0], body_destroy_pending, NULL, env, NULL) ||
+         run_layout(&layouts[1], body_destroy_pending, NULL, env, NULL);
 }
 
 static int test_peer_lost(void) {
@@ -317,6 +382,7 @@ int main(int argc, char **argv) {
       {"split", test_split, 300},
       {"p2p", test_p2p, 300},
       {"call_check", test_call_check, 300},
+      {"destroy_budget", test_destroy_budget, 120},
       {"peer_lost", test_peer_lost, 120},
       {"auto", test_auto, 120},
       {"bad_part", test_bad_part, 60},

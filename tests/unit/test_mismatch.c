@@ -235,6 +235,33 @@ static int test_tcp(void) {
   return run_all("tcp", env, counts, 2) || run_all("tcp", env2, counts, 1);
 }
 
+/* Rooted calls at 4 ranks where the last rank differs: its messages go
+   to a rank that expects none, which may have finished the call (and be
+   waiting in the next) when they arrive, or nobody sends at all while
+   ranks wait for each other. */
+static int test_rooted_last_rank(void) {
+  static const char *const env[] = {"BRAID_TIMEOUT=60", NULL};
+  static const char *const wanted[] = {"reduce root", "reduce vs gather", "gather root", "scatter count"};
+  static const char *const backends[] = {"tcp", "shm"};
+  mcase cs[32];
+  const int nc = cases_at(16, cs);
+  for (size_t b = 0; b < BT_COUNT(backends); b++) {
+    if (!has_backend(backends[b])) continue;
+    for (int i = 0; i < nc; i++)
+      for (size_t w = 0; w < BT_COUNT(wanted); w++) {
+        if (strcmp(cs[i].name, wanted[w])) continue;
+        mcase m = cs[i];
+        m.odd_rank = 3;
+        bt_run_opts o = {backends[b], 4, 60, env, -1};
+        if (bt_run_ranks_ex(&o, body, &m, NULL)) {
+          fprintf(stderr, "mismatch case \"%s\" with rank 3 odd failed: backend %s\n", m.name, backends[b]);
+          return 1;
+        }
+      }
+  }
+  return 0;
+}
+
 /* With the check off the calls still meet where they can (no false alarm
    on matching calls), and matching calls pass with it on at one rank. */
 static int body_ok(braid_comm *c, int rank, int n, void *arg) {
@@ -437,6 +464,7 @@ int main(int argc, char **argv) {
       BT_CASE(test_shm_two_roots),
       BT_CASE(test_p2p_mismatch_then_barrier),
       BT_CASE(test_sync_after_mismatch),
+      BT_CASE(test_rooted_last_rank),
   };
   return bt_main(argc, argv, cases, BT_COUNT(cases));
 }

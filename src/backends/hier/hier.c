@@ -215,14 +215,18 @@ static braid_status make_parts(braid_comm *c, hier_state *s) {
 }
 
 /* Each part leaves the state before its release, whose waits move the
-   parts still there. */
+   parts still there. The parts share one timeout: after hier's own drain
+   they have as long again between them, as a tcp communicator has to
+   finish the frame it was writing. */
 static void free_parts(hier_state *s, double timeout_s) {
   braid_comm **slots[3] = {&s->flat, &s->rail, &s->intra};
+  const double deadline = braid__now() + timeout_s;
   s->rail0 = NULL;
   for (int i = 0; i < 3; i++) {
     braid_comm *p = *slots[i];
     *slots[i] = NULL;
-    if (p) braid__comm_release(p, timeout_s);
+    const double left = deadline - braid__now();
+    if (p) braid__comm_release(p, left > 0 ? left : 0);
   }
 }
 
@@ -355,14 +359,20 @@ int hier_remote_failure(braid_comm *c, braid_status *st, int *origin, char *text
   return 0;
 }
 
-/* This rank's failure goes out through every part, so ranks blocked in a
-   part's call (on this node or another) stop at once. */
+/* This rank's failure goes out through every part's channel, so ranks
+   blocked in a part's call (on this node or another) stop at once, and
+   each part fails with it. A rank that reaches this one only through a part
+   it has not heard on (not yet connected, or a node-mate of a rank that
+   heard it) finds it in hier's place in the store, which every part's
+   wait reads too (braid__poll_remote_failure). */
 void hier_publish_failure(braid_comm *c, braid_status st, const char *text) {
   hier_state *s = c->be;
   braid_comm *parts[3] = {s->intra, s->rail, s->flat};
   for (int i = 0; i < 3; i++) {
     braid_comm *p = parts[i];
     if (!p || !p->be) continue;
+    braid__fail_as(p, st, text);
+    p->fail_published = 1;
     if (p->ops->publish_failure) p->ops->publish_failure(p, st, text);
   }
 }

@@ -71,7 +71,8 @@ void hier_publish_failure(braid_comm *c, braid_status st, const char *text);
 #define HIER_SHARED_OPS                                                                                           \
   .req_size = sizeof(hier_req), .umsg_size = sizeof(braid__umsg), .init = hier_init, .split = hier_split,         \
   .destroy = hier_destroy, .abort = hier_abort, .isend = hier_isend, .irecv = hier_irecv,                         \
-  .progress = hier_progress, .take = hier_take, .arm = hier_arm, .sleep = hier_sleep, .disarm = hier_disarm,      \
+  .progress = hier_progress, .take = hier_take, .find_unexpected = hier_find_unexpected, .arm = hier_arm,          \
+  .sleep = hier_sleep, .disarm = hier_disarm,                                                                     \
   .check_peers = hier_check_peers, .remote_failure = hier_remote_failure, .publish_failure = hier_publish_failure
 
 /* hier_dev.c: the table of hier over a device-memory node part, and what
@@ -120,6 +121,9 @@ braid_status hier_isend(braid_comm *c, braid__req *r);
 braid_status hier_irecv(braid_comm *c, braid__req *r);
 braid_status hier_progress(braid_comm *c);
 braid_status hier_take(braid_comm *c, braid__req *r, braid__umsg *u);
+/* The backend's find_unexpected: hier's messages wait in its parts' queues. */
+int hier_find_unexpected(braid_comm *c, uint64_t seq, int inclusive, const braid__desc *mine, int progress, int *src,
+                         braid__msg_hdr *h, uint64_t *tag_seq);
 /* Before the parts are released: the parts' requests under hier's pending
    ones go to the parts (freed now if complete, else with the parts). */
 void hier_p2p_let_go(braid_comm *c);

@@ -20,6 +20,9 @@ static const char *part_name(const hier_state *s, const braid_comm *p) {
 
 braid_status hier_sub_failed(braid_comm *c, braid_comm *sub, braid_status st) {
   hier_state *s = c->be;
+  /* hier failed first (a part's wait found hier's mismatch, or another
+     rank's failure in hier's place in the store): its sentence stands. */
+  if (atomic_load(&c->failed)) return (braid_status)atomic_load(&c->failed);
   char text[BRAID_ERRLEN];
   pthread_mutex_lock(&sub->err_lock);
   snprintf(text, sizeof text, "%s", sub->fatal_text[0] ? sub->fatal_text : sub->last_error);

@@ -10,6 +10,7 @@
 #include "core/dtype.h"
 
 #include "backends/hier/hier.h"
+#include "core/tag.h"
 #include "core/wait.h"
 
 /* The part that reaches hier rank peer, and the peer's rank there. */
@@ -24,6 +25,9 @@ static braid_comm *route(hier_state *s, int peer, int *sub_rank) {
 
 /* A part's sentence becomes this call's (its ranks are already hier's). */
 braid_status hier_adopt(braid_comm *c, braid_comm *sub, braid_status st) {
+  /* hier failed first (the part found hier's failure in the store): its
+     sentence stands. */
+  if (atomic_load(&c->failed)) return (braid_status)atomic_load(&c->failed);
   char text[BRAID_ERRLEN];
   pthread_mutex_lock(&sub->err_lock);
   snprintf(text, sizeof text, "%s", sub->last_error);
@@ -198,6 +202,47 @@ braid_status hier_progress(braid_comm *c) {
     hier_dev_idle(c);
   }
   return BRAID_OK;
+}
+
+/* hier rank of the peer that is rank q of part p (c's size n). */
+static int hier_rank_of(hier_state *s, const braid_comm *p, int n, int q) {
+  if (p != s->intra) return q; /* the flat part holds every rank in hier's order */
+  for (int r = 0; r < n && q >= 0; r++)
+    if (s->node_of[r] == s->node && s->local_of[r] == q) return r;
+  return q;
+}
+
+int hier_find_unexpected(braid_comm *c, uint64_t seq, int inclusive, const braid__desc *mine, int progress, int *src,
+                         braid__msg_hdr *h, uint64_t *tag_seq) {
+  hier_state *s = c->be;
+  braid_comm *parts[2] = {s->intra, s->flat};
+  const uint64_t mask = braid__tag_mask(BRAID__TAG_SEQ_BITS);
+  int found = 0;
+  uint64_t most = 0;
+  for (int i = 0; i < 2 && !(found && mine); i++) {
+    braid_comm *p = parts[i];
+    if (!p) continue;
+    /* hier_progress passes over a part with nothing pending, where a
+       message of another call may still have arrived; a part's failure
+       shows when hier next uses it. */
+    if (progress && !atomic_load(&p->failed)) {
+      p->call = c->call;
+      (void)p->ops->progress(p);
+      p->call = NULL;
+    }
+    int q;
+    braid__msg_hdr ph;
+    uint64_t at;
+    if (!braid__match_scan_of(p, c->id, seq, inclusive, mine, &q, &ph, &at)) continue;
+    const uint64_t behind = (seq - at) & mask;
+    if (found && behind <= most) continue;
+    found = 1;
+    most = behind;
+    *src = hier_rank_of(s, p, c->size, q);
+    *h = ph;
+    *tag_seq = at;
+  }
+  return found;
 }
 
 braid_status hier_take(braid_comm *c, braid__req *r, braid__umsg *u) {

@@ -132,11 +132,15 @@ braid_status shm_check_peers(braid_comm *c, int peer, const char *what) {
       s->left_grace = q + 1;
       return BRAID_OK;
     }
+    /* A peer that failed before it left or died said why: that is the
+       error (its failure reaches the store before it leaves). */
+    const int dead = !left && shm_peer_dead(s, q);
+    if (((left && q == peer) || dead) && braid__poll_remote_failure(c, 1)) return (braid_status)atomic_load(&c->failed);
     if (left && q == peer)
       return braid__fail(c, BRAID_ERR_PEER_LOST,
                          "rank %d (pid %d) destroyed its communicator during %s while this rank waited for it: %s",
                          braid__label(c, q), (int)s->pids[q], c->call, what);
-    if (!left && shm_peer_dead(s, q))
+    if (dead)
       return braid__fail(c, BRAID_ERR_PEER_LOST, "rank %d (pid %d) died during %s (this rank was waiting for rank %d: %s)",
                          braid__label(c, q), (int)s->pids[q], c->call, braid__label(c, peer), what);
   }

@@ -20,6 +20,7 @@
 #define FAIL_PUBLISH_S 2.0 /* bound of the failure's store write: a store out of reach must not hold the error */
 #define MAX_SLEEP_S 0.1    /* a sleeper wakes at least this often to run the checks */
 #define POSITION_AFTER_S 1.0 /* a collective's wait this long publishes this rank's position */
+#define POSITION_GAP_MAX_S 2.0 /* ... and compares it with others' at intervals doubling up to this */
 #define CROWD_SAMPLE_S 0.05  /* a waiting thread reads its run delay at most this often */
 #define CROWDED_ON 0.25      /* ... and spinning stops when it waited for a CPU this share of the time */
 #define CROWDED_OFF 0.05     /* ... and resumes below this share (the yields keep it above while crowded) */
@@ -349,8 +350,13 @@ static int entered(braid_comm *c, int q, uint64_t *at) {
    position: the awaited rank (else one rank per check, in turn) waits in
    this collective with another call. Finds what no message shows: ranks
    waiting for each other's messages because they disagree on a root. */
-static braid_status position_check(braid_comm *c, braid__waiter *w, int peer) {
-  if (!c->check || !w->pos_published || c->size < 2) return BRAID_OK;
+static braid_status position_check(braid_comm *c, braid__waiter *w, int peer, double now) {
+  if (!c->check || !w->pos_published || c->size < 2 || now < w->probe_next) return BRAID_OK;
+  /* A store round trip each: a rank that waits long for a slow one asks
+     ever more rarely (many ranks may be waiting). */
+  w->probe_gap = w->probe_gap ? w->probe_gap * 2 : LIVE_CHECK_S;
+  if (w->probe_gap > POSITION_GAP_MAX_S) w->probe_gap = POSITION_GAP_MAX_S;
+  w->probe_next = now + w->probe_gap;
   int q = peer;
   if (q < 0 || q == c->rank) {
     q = (int)(w->probe++ % (unsigned)c->size);
@@ -407,7 +413,7 @@ static braid_status checks(braid_comm *c, braid__waiter *w, int peer, const char
     }
     if ((st = c->ops->check_peers(c, peer, WHAT))) return fail_published(c, st);
     if ((st = cross_check(c, peer))) return fail_published(c, st);
-    if ((st = position_check(c, w, peer))) return fail_published(c, st);
+    if ((st = position_check(c, w, peer, now))) return fail_published(c, st);
   }
   if (now >= w->deadline) {
     char who[256];

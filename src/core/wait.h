@@ -28,6 +28,7 @@ typedef struct braid__waiter {
   int left_seen;        /* backends: the awaited peer announced it left; one more look */
   int pos_published;    /* this rank told the store which collective it waits in */
   unsigned probe;       /* the next rank whose position that check reads, when the awaited one is unknown */
+  double probe_gap, probe_next; /* that check's interval (doubling to POSITION_GAP_MAX_S) and next time */
   uint64_t moved;       /* c->moved when the deadline was last restarted */
   double start, deadline, next_live, next_remote, next_check;
 } braid__waiter;
@@ -38,6 +39,7 @@ static inline void braid__wait_begin(braid__waiter *w) {
   w->left_seen = 0;
   w->pos_published = 0;
   w->probe = 0;
+  w->probe_gap = w->probe_next = 0;
   w->start = 0;
 }
 /* Set while this process's waiting threads spend much of their time

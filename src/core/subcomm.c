@@ -229,7 +229,7 @@ static void drain(braid_comm *c, double timeout_s) {
     }
   if (ns || nr)
     BLOG_WARN(BRAID_SUB_P2P, c->rank,
-              "braid_destroy: abandoned %d unfinished send(s) and %d unmatched receive(s) after waiting %g s", ns, nr,
+              "braid_destroy: abandoned %d unfinished send(s) and %d unfinished receive(s) after waiting %g s", ns, nr,
               timeout_s);
   if (nu) BLOG_WARN(BRAID_SUB_P2P, c->rank, "braid_destroy: dropped %d message(s) that were never received", nu);
 }

@@ -488,7 +488,7 @@ static int test_destroy_pending_bounded(void) {
   if (f) fclose(f);
   unlink(path);
   buf[n] = 0;
-  BT_CHECK(strstr(buf, "abandoned 0 unfinished send(s) and 1 unmatched receive(s)"), "log: %s", buf);
+  BT_CHECK(strstr(buf, "abandoned 0 unfinished send(s) and 1 unfinished receive(s)"), "log: %s", buf);
   BT_CHECK(strstr(buf, "dropped 1 message(s)"), "log: %s", buf);
   BT_CHECK(strstr(buf, "[0] p2p WARN"), "log prefix: %s", buf);
   return 0;

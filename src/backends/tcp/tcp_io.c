@@ -144,6 +144,9 @@ static void list_add(tcp_req **head, tcp_req *r) {
 }
 
 static void list_del(tcp_req **head, tcp_req *r) {
+  /* Not on the list (taken off already: a receive whose CTS failed to go
+     out may have completed from frames read on that failure's path). */
+  if (!r->lprev && *head != r) return;
   if (r->lprev) r->lprev->lnext = r->lnext;
   else *head = r->lnext;
   if (r->lnext) r->lnext->lprev = r->lprev;

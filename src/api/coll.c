@@ -15,6 +15,10 @@ static int overlaps(const void *a, size_t alen, const void *b, size_t blen) {
   return alen && blen && x < y + blen && y < x + alen;
 }
 
+/* Whether an unexpected message may be a stale one of an earlier call:
+   some wait in c's queue, or its backend keeps them in its parts'. */
+static int may_hold_stale(const braid_comm *c) { return c->check && (c->match.nunexp || c->ops->find_unexpected); }
+
 /* Starts collective kind: every rank counts collectives alike, so (seq,
    descriptor) names the same call everywhere. A failure another rank
    published through the backend's channel stops it before it waits. */
@@ -27,7 +31,7 @@ static braid_status begin(braid_comm *c, braid__coll_kind kind, size_t count, br
     return (braid_status)atomic_load(&c->failed);
   /* A message of an earlier collective that no receive took: its sender
      was in another call (a broadcast root that did not wait learns here). */
-  if ((c->match.nunexp || c->ops->find_unexpected) && c->check) {
+  if (may_hold_stale(c)) {
     braid_status st = braid__coll_check_stale(c, 0, 0);
     if (st) return st;
   }
@@ -41,7 +45,7 @@ static braid_status begin(braid_comm *c, braid__coll_kind kind, size_t count, br
    (from a broadcast root that did not wait): the next collective looks
    again when it ends. */
 static braid_status end_generic(braid_comm *c, braid_status st) {
-  if (!st && (c->match.nunexp || c->ops->find_unexpected) && c->check) st = braid__coll_check_stale(c, 1, 1);
+  if (!st && may_hold_stale(c)) st = braid__coll_check_stale(c, 1, 1);
   c->stale_watch = 1;
   return st;
 }
@@ -54,7 +58,7 @@ static braid_status end_native(braid_comm *c, braid_status st) {
   c->stale_watch = 0;
   if (st || !c->check) return st;
   if ((st = c->ops->progress(c))) return st;
-  return c->match.nunexp || c->ops->find_unexpected ? braid__coll_check_stale(c, 1, 1) : BRAID_OK;
+  return may_hold_stale(c) ? braid__coll_check_stale(c, 1, 1) : BRAID_OK;
 }
 
 /* The backend's own version unless BRAID_ALGO named a generic algorithm. */

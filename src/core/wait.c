@@ -278,7 +278,8 @@ static braid_status cross_check(braid_comm *c, int peer) {
   if (st) return st;
   braid__msg_hdr h;
   uint64_t at;
-  if (c->ops->find_unexpected && c->ops->find_unexpected(c, c->seq, 0, &c->desc, 1, &src, &h, &at))
+  /* (the stale check just above let the parts take what arrived) */
+  if (c->ops->find_unexpected && c->ops->find_unexpected(c, c->seq, 0, &c->desc, 0, &src, &h, &at))
     return braid__coll_mismatch(c, src, &h.desc);
   /* A part of a composed communicator, waiting inside the whole's call:
      a message of the whole's earlier collective that nobody took. The

@@ -58,11 +58,7 @@ static int test_dump_and_read(void) {
     snprintf(cmd, sizeof cmd, "rm -f %s/trace-*.jsonl", dir);
     BT_CHECK(system(cmd) == 0, "clean up");
     bt_run_opts o = {names[b], 3, 60, env, -1};
-    _Atomic int *gave_up = bt_shared_counter();
-    BT_CHECK(gave_up != NULL, "no shared mapping");
-    int rc = bt_run_ranks_ex(&o, body_laggard, (void *)gave_up, NULL);
-    bt_shared_free(gave_up);
-    if (rc) return 1;
+    if (bt_run_ranks_counted(&o, body_laggard, NULL)) return 1;
     char path[300];
     for (int r = 0; r < 2; r++) {
       snprintf(path, sizeof path, "%s/trace-%d.jsonl", dir, r);
@@ -159,11 +155,7 @@ static int test_barrier_sync_dump(void) {
     snprintf(path, sizeof path, "%s/bar-0.jsonl", dir);
     unlink(path);
     bt_run_opts o = {names[b], 2, 60, env, -1};
-    _Atomic int *sent = bt_shared_counter();
-    BT_CHECK(sent != NULL, "no shared mapping");
-    int rc = bt_run_ranks_ex(&o, body_barrier_sync, (void *)sent, NULL);
-    bt_shared_free(sent);
-    if (rc) return 1;
+    if (bt_run_ranks_counted(&o, body_barrier_sync, NULL)) return 1;
     BT_CHECK(file_has(path, "\"seq\":1,\"op\":\"barrier\""), "%s: rank 0's dump lacks the barrier it waited in",
              names[b]);
     BT_CHECK(file_has(path, "\"peer\":1,\"tag\":7,\"algo\":\"-\",\"state\":\"started\""),

@@ -498,6 +498,17 @@ void bt_shared_free(_Atomic int *w) {
   if (w) munmap((void *)w, sizeof *w);
 }
 
+int bt_run_ranks_counted(const bt_run_opts *opts, bt_body body, bt_rank_result *results) {
+  _Atomic int *w = bt_shared_counter();
+  if (!w) {
+    bt_report(__FILE__, __LINE__, "no shared mapping for the ranks' counter");
+    return 1;
+  }
+  int rc = bt_run_ranks_ex(opts, body, (void *)w, results);
+  bt_shared_free(w);
+  return rc;
+}
+
 int bt_await(_Atomic int *w, int want, double timeout_s) {
   double end = now_s() + timeout_s;
   struct timespec tick = {0, 1000000L};

@@ -147,6 +147,9 @@ int bt_dead_shm_names(int count_self);
    if it cannot be mapped; bt_shared_free releases it after the run. */
 _Atomic int *bt_shared_counter(void);
 void bt_shared_free(_Atomic int *w);
+/* bt_run_ranks_ex with a fresh shared counter (at 0) as the bodies' arg;
+   1 (reported) when the counter cannot be mapped. */
+int bt_run_ranks_counted(const bt_run_opts *opts, bt_body body, bt_rank_result *results);
 
 /* Waits until *w >= want, polling every millisecond, for at most timeout_s
    seconds; 1 if it got there. Works across threads and across forks. */

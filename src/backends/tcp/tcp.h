@@ -180,6 +180,8 @@ typedef struct tcp_state {
 } tcp_state;
 
 static inline int tcp_conn_ready(const tcp_conn *k) { return k->state == C_READY || k->state == C_IN_READY; }
+/* An accepted socket in its handshake (counted in nunauth). */
+static inline int tcp_in_handshake(const tcp_conn *k) { return k->state == C_IN_HELLO || k->state == C_IN_AUTH; }
 
 /* tcp_conn.c */
 /* Listener and address publication, every peer's address, the shared secret. */

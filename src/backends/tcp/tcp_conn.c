@@ -249,10 +249,16 @@ static void listener_watch(tcp_state *s, int on) {
   if (epoll_ctl(s->epfd, EPOLL_CTL_MOD, s->lfd, &ev) == 0) s->listen_paused = !on;
 }
 
+/* A paused listener back in the set, once there is room and any rest
+   after a failed accept is over. */
+static void listener_resume(tcp_state *s, double now) {
+  if (s->listen_paused && s->nunauth < TCP_MAX_UNAUTH && now >= s->accept_retry) listener_watch(s, 1);
+}
+
 /* A socket left its handshake: a paused listener may take the next. */
 static void unauth_done(tcp_state *s) {
   s->nunauth--;
-  if (s->listen_paused && s->nunauth < TCP_MAX_UNAUTH && braid__now() >= s->accept_retry) listener_watch(s, 1);
+  if (s->listen_paused) listener_resume(s, braid__now());
 }
 
 void tcp_conn_close(tcp_state *s, tcp_conn *k) {
@@ -262,7 +268,7 @@ void tcp_conn_close(tcp_state *s, tcp_conn *k) {
     close(k->fd);
     k->fd = -1;
   }
-  if (k->state == C_IN_HELLO || k->state == C_IN_AUTH) unauth_done(s);
+  if (tcp_in_handshake(k)) unauth_done(s);
   if (k->peer >= 0) {
     tcp_peer *p = &s->peers[k->peer];
     if (k->out && p->out[k->idx] == k) p->out[k->idx] = NULL;
@@ -728,24 +734,22 @@ void tcp_refuse(braid_comm *c, tcp_state *s, tcp_conn *k, const char *why) {
 
 braid_status tcp_expire(braid_comm *c, tcp_state *s) {
   const double now = braid__now();
-  if (s->listen_paused && now >= s->accept_retry) {
-    if (s->nunauth >= TCP_MAX_UNAUTH) {
-      /* Paused at the cap: a connection waiting in the backlog may take the
-         place of a silent one. */
-      struct pollfd pl = {.fd = s->lfd, .events = POLLIN};
-      tcp_conn *old = poll(&pl, 1, 0) > 0 ? silent_victim(s, now) : NULL;
-      if (old) tcp_refuse(c, s, old, TCP_CROWDED);
-    }
-    if (s->nunauth < TCP_MAX_UNAUTH) listener_watch(s, 1);
+  if (s->listen_paused && now >= s->accept_retry && s->nunauth >= TCP_MAX_UNAUTH) {
+    /* Paused at the cap: a connection waiting in the backlog may take the
+       place of a silent one (closing it resumes the listener). */
+    struct pollfd pl = {.fd = s->lfd, .events = POLLIN};
+    tcp_conn *old = poll(&pl, 1, 0) > 0 ? silent_victim(s, now) : NULL;
+    if (old) tcp_refuse(c, s, old, TCP_CROWDED);
   }
+  listener_resume(s, now);
   if (!s->nunauth) return BRAID_OK;
   for (tcp_conn *k = s->conns; k; k = k->next) {
-    if (!(k->state == C_IN_HELLO || k->state == C_IN_AUTH) || now < k->auth_deadline) continue;
+    if (!tcp_in_handshake(k) || now < k->auth_deadline) continue;
     /* What it sent may wait unread (this rank was away from braid, or the
        last pass took fewer events than were ready): read it first. */
     braid_status st = tcp_read(c, s, k);
     if (st) return st;
-    if ((k->state == C_IN_HELLO || k->state == C_IN_AUTH) && now >= k->auth_deadline)
+    if (tcp_in_handshake(k) && now >= k->auth_deadline)
       tcp_refuse(c, s, k, "no complete handshake within 10 s");
   }
   return BRAID_OK;
@@ -802,7 +806,7 @@ braid_status tcp_fail_gone(braid_comm *c, tcp_state *s, int q, const char *what)
 }
 
 braid_status tcp_conn_lost(braid_comm *c, tcp_state *s, tcp_conn *k, int err) {
-  if (k->state == C_IN_HELLO || k->state == C_IN_AUTH) {
+  if (tcp_in_handshake(k)) {
     BLOG_DEBUG(BRAID_SUB_TCP, c->rank, "an unauthenticated connection from %s closed", k->where);
     tcp_conn_close(s, k);
     return BRAID_OK;

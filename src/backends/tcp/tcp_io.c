@@ -733,7 +733,7 @@ static unsigned allowed(const tcp_conn *k) {
 /* A frame that breaks the rules: a stranger's socket is closed; an
    authenticated peer's fails the communicator. */
 static braid_status corrupt(braid_comm *c, tcp_state *s, tcp_conn *k, const char *why) {
-  if (k->state == C_IN_HELLO || k->state == C_IN_AUTH) {
+  if (tcp_in_handshake(k)) {
     tcp_refuse(c, s, k, why);
     return BRAID_OK;
   }

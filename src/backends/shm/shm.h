@@ -102,7 +102,7 @@ typedef struct shm_ctl {
   _Atomic uint64_t stream_done; /* chunks of streamed broadcasts this rank has written (root) or copied out */
   uint64_t addr;                /* this rank's buffer, for peers' single copy */
   _Atomic uint32_t dhash;       /* digest of the collective its phase posts belong to */
-  _Atomic uint64_t a2a_pick[2]; /* rank 0: paths of large all-to-all(v) calls (shm_coll.c) */
+  _Atomic uint64_t a2a_pick[2]; /* rank 0: the path of its current large all-to-all(v) call (shm_coll.c) */
   _Alignas(SHM_CL) _Atomic uint32_t futex;
   _Atomic uint32_t sleeping;
   _Alignas(SHM_CL) int32_t pid;
@@ -250,9 +250,8 @@ typedef struct shm_state {
   int npulls;                   /* of those, receives waiting to pull by single copy */
   shm_ctrl **ctrl_q;            /* per destination: control records waiting for ring space */
   /* Rank 0: timings of the two paths of large all-to-all(v) calls, per
-     kind and class, and the choices published for the next call. */
+     kind and class (of rank 0's calls; shm_coll.c, a2a_choose). */
   shm_a2a_class a2a[2][SHM_A2A_CLASSES];
-  uint32_t a2a_mask[2];
   uint64_t a2a_calls[2]; /* large calls of each kind so far */
   int a2a_mode;          /* rank 0: BRAID_SHM_A2A, 0 auto, 1 staged, 2 single copy */
   uint32_t *stalled;            /* per destination: the send pass in which its queue last found its ring full */
@@ -329,9 +328,6 @@ static inline void shm_copy_out(void *dst, const void *src, size_t len, size_t t
 
 /* BRAID_SHM_A2A's value as s->a2a_mode (-1: not a value). */
 int shm_a2a_mode(const char *m);
-/* Rank 0 publishes the first choices of paths for large all-to-all(v)
-   calls; after attaching, before its arrival post. */
-void shm_a2a_setup(shm_state *s);
 
 /* shm_wait.c: the waiting hooks of the transport contract. */
 int shm_arm(braid_comm *c);

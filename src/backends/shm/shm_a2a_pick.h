@@ -17,7 +17,7 @@
 #include <stdint.h>
 
 #define SHM_A2A_SIZES 16                    /* size classes */
-#define SHM_A2A_CLASSES (2 * SHM_A2A_SIZES) /* each out of place and in place: one bit each in a 32-bit mask */
+#define SHM_A2A_CLASSES (2 * SHM_A2A_SIZES) /* each size out of place and in place */
 #define SHM_A2A_TRY 8                       /* calls of a class that alternate */
 #define SHM_A2A_RETRY 256
 

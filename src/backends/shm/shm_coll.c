@@ -1263,18 +1263,11 @@ static braid_status a2a_direct(braid_comm *c, shm_state *s, const char *send, ch
   return BRAID_OK;
 }
 
-/* Rank 0's choices (shm_a2a_pick.h) go to the others through its control
-   line: for the large call k of a kind, one bit per class (1: single
-   copy), written when it finished call k - 1. BRAID_SHM_A2A fixes the
-   choice (rank 0's value counts). */
-static void a2a_publish(shm_state *s, int v) {
-  uint32_t mask = 0;
-  for (int k = 0; k < SHM_A2A_CLASSES; k++) mask |= (uint32_t)shm_a2a_next(&s->a2a[v][k], s->a2a_mode) << k;
-  s->a2a_mask[v] = mask;
-  atomic_store_explicit(&s->mine->a2a_pick[v], (uint64_t)(uint32_t)s->a2a_calls[v] << 32 | mask,
-                        memory_order_release);
-}
-
+/* Rank 0 chooses (shm_a2a_pick.h) and posts the choice of its large call
+   k of a kind in its control line as (k + 1) << 32 | path (1: single
+   copy) as it enters the call; the others take that path whatever class
+   their own call falls in (in place may differ by rank), so all run the
+   same protocol. BRAID_SHM_A2A fixes the choice (rank 0's value counts). */
 int shm_a2a_mode(const char *m) {
   static const char *const names[] = {"auto", "staged", "single"};
   for (int i = 0; i < 3; i++)
@@ -1282,26 +1275,20 @@ int shm_a2a_mode(const char *m) {
   return -1;
 }
 
-void shm_a2a_setup(shm_state *s) {
-  if (s->me != 0) return;
-  a2a_publish(s, 0);
-  a2a_publish(s, 1);
-}
-
 /* 1 when this large call of kind v (0 all-to-all, 1 all-to-allv) takes
    single copy. */
 static braid_status a2a_choose(braid_comm *c, shm_state *s, int v, size_t most, int inplace, int *direct) {
-  const uint32_t k = (uint32_t)s->a2a_calls[v]++;
-  const int cls = shm_a2a_class_of(most, inplace);
+  const uint32_t k1 = (uint32_t)++s->a2a_calls[v];
   if (s->me == 0) {
-    *direct = (int)(s->a2a_mask[v] >> cls & 1);
+    *direct = shm_a2a_next(&s->a2a[v][shm_a2a_class_of(most, inplace)], s->a2a_mode);
+    atomic_store_explicit(&s->mine->a2a_pick[v], (uint64_t)k1 << 32 | (uint64_t)*direct, memory_order_release);
     return BRAID_OK;
   }
   _Atomic uint64_t *w = &shm_ctl_of(s, 0)->a2a_pick[v];
   uint64_t x;
-  SHM_WAIT_UNTIL((uint32_t)((x = atomic_load_explicit(w, memory_order_acquire)) >> 32) == k, 0,
+  SHM_WAIT_UNTIL((uint32_t)((x = atomic_load_explicit(w, memory_order_acquire)) >> 32) == k1, 0,
                  "rank 0's choice of a path for the call");
-  *direct = (int)(x >> cls & 1);
+  *direct = (int)(x & 1);
   return BRAID_OK;
 }
 
@@ -1309,7 +1296,6 @@ static braid_status a2a_choose(braid_comm *c, shm_state *s, int v, size_t most, 
 static void a2a_learn(shm_state *s, int v, size_t most, int inplace, int direct, double t0) {
   if (s->me != 0) return;
   shm_a2a_record(&s->a2a[v][shm_a2a_class_of(most, inplace)], direct, braid__now() - t0);
-  a2a_publish(s, v);
 }
 
 /* The large path of an all-to-all(v) (plan pl, largest block most): staged

@@ -483,7 +483,6 @@ static braid_status shm_init(braid_comm *c) {
   if (prm.splice && s->n > 1 && !sok)
     BLOG_INFO(BRAID_SUB_SHM, c->rank, "vmsplice into a pipe failed: no pipes for large messages");
   atomic_store(&mine->splice_ok, sok ? 1u : 2u);
-  shm_a2a_setup(s);
   shm_post(s);
   st = wait_arrivals(c, s, "its arrival in braid_init");
   if (st) {
@@ -530,7 +529,6 @@ static braid_status shm_split(braid_comm *parent, braid_comm *child, const int *
   }
   child->be = s;
   set_waiting(child, s);
-  shm_a2a_setup(s);
   shm_post(s);
   st = wait_arrivals(child, s, "its arrival in braid_split");
   if (st) {

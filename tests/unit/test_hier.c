@@ -296,6 +296,38 @@ static int test_peer_lost(void) {
   return 0;
 }
 
+/* A part that waits long enough for the call check's slow path still
+   names hier's call when its own wait then fails: on one node (hier runs
+   its node part alone), the last rank dies 1 s into an all-reduce (the
+   check looks after 0.1 s). */
+static int body_late_death(braid_comm *c, int rank, int n, void *arg) {
+  (void)arg;
+  float x[5] = {0};
+  BT_CHECK_OK(braid_all_reduce(c, x, 5, BRAID_F32, BRAID_SUM), c);
+  if (rank == n - 1) {
+    usleep(1000000);
+    raise(SIGKILL);
+  }
+  braid_status st = braid_all_reduce(c, x, 5, BRAID_F32, BRAID_SUM);
+  const char *e = braid_last_error(c);
+  BT_CHECK(st == BRAID_ERR_PEER_LOST, "rank %d got %s: %s", rank, braid_status_string(st), e);
+  BT_CHECK(!strstr(e, "(null)") && !strstr(e, "braid: "), "rank %d's sentence lost the call's name: %s", rank, e);
+  BT_CHECK(strstr(e, "died during braid_all_reduce"), "rank %d's sentence does not name the call: %s", rank, e);
+  return 0;
+}
+
+static int test_late_death(void) {
+  if (!has_hier()) return 0;
+  static const layout one_node = {"one node", "aaa"};
+  static const char *const env[] = {"BRAID_TIMEOUT=30", NULL};
+  hcase k = {&one_node, body_late_death, NULL, "hier"};
+  bt_run_opts o = {"hier", 3, 60, env, 2};
+  bt_rank_result res[3];
+  bt_run_ranks_manual(&o, body_joined, &k, res);
+  for (int r = 0; r < 2; r++) BT_CHECK(res[r].exited && res[r].code == 0, "rank %d failed its checks", r);
+  return 0;
+}
+
 /* ---------------------------------------------------------------- auto */
 
 static int body_auto(braid_comm *c, int rank, int n, void *arg) {
@@ -384,6 +416,7 @@ int main(int argc, char **argv) {
       {"call_check", test_call_check, 300},
       {"destroy_budget", test_destroy_budget, 120},
       {"peer_lost", test_peer_lost, 120},
+      {"late_death", test_late_death, 120},
       {"auto", test_auto, 120},
       {"bad_part", test_bad_part, 60},
       {"progress", test_progress, 120},

@@ -173,6 +173,16 @@ braid_status hier_irecv(braid_comm *c, braid__req *r) {
   return BRAID_OK;
 }
 
+/* Progresses part p under hier's call name; a part inside its own call
+   (hier's check looks from within a part's wait) keeps that call's name. */
+static braid_status part_progress(braid_comm *c, braid_comm *p) {
+  const char *was = p->call;
+  if (!was) p->call = c->call;
+  braid_status st = p->ops->progress(p);
+  p->call = was;
+  return st;
+}
+
 braid_status hier_progress(braid_comm *c) {
   hier_state *s = c->be;
   braid_comm *parts[2] = {s->intra, s->flat};
@@ -180,9 +190,7 @@ braid_status hier_progress(braid_comm *c) {
     braid_comm *p = parts[i];
     if (!p || !p->npending) continue;
     uint64_t moved = p->moved;
-    p->call = c->call;
-    braid_status st = p->ops->progress(p);
-    p->call = NULL;
+    braid_status st = part_progress(c, p);
     if (p->moved != moved) c->moved++;
     if (st) return hier_adopt(c, p, st);
   }
@@ -225,11 +233,7 @@ int hier_find_unexpected(braid_comm *c, uint64_t seq, int inclusive, const braid
     /* hier_progress passes over a part with nothing pending, where a
        message of another call may still have arrived; a part's failure
        shows when hier next uses it. */
-    if (progress && !atomic_load(&p->failed)) {
-      p->call = c->call;
-      (void)p->ops->progress(p);
-      p->call = NULL;
-    }
+    if (progress && !atomic_load(&p->failed)) (void)part_progress(c, p);
     int q;
     braid__msg_hdr ph;
     uint64_t at;

@@ -1471,6 +1471,39 @@ static int test_first_contacts(void) {
   return bt_run_ranks_ex(&o, body_first_contacts, NULL, NULL);
 }
 
+/* Rank 1 sends (which connects) and computes outside braid, so its HELLO
+   waits; meanwhile more silent strangers than TCP_MAX_UNAUTH crowd rank
+   0's listener, which closes the silent sockets to make room, rank 1's
+   among them. Rank 1 connects again when it is back and the message
+   arrives. */
+static int body_redial(braid_comm *c, int rank, int n, void *arg) {
+  (void)n, (void)arg;
+  int32_t v = 42;
+  if (rank == 1) {
+    BT_CHECK_OK(braid_send(c, &v, 1, BRAID_I32, 0, 7), c);
+    sleep(3);
+    BT_CHECK_OK(braid_sync(c), c);
+    return 0;
+  }
+  const int port = braid__tcp_test_listener(c, NULL, 0);
+  BT_CHECK(port > 0, "rank 0 has no listener");
+  usleep(500000); /* rank 1's socket is first in the backlog */
+  enum { STRANGERS = TCP_MAX_UNAUTH + 6 };
+  int fds[STRANGERS];
+  for (int i = 0; i < STRANGERS; i++) BT_CHECK((fds[i] = dial(port)) >= 0, "stranger %d could not connect", i);
+  int32_t got = 0;
+  BT_CHECK_OK(braid_recv(c, &got, 1, BRAID_I32, 1, 7), c);
+  BT_CHECK_OK(braid_sync(c), c);
+  BT_CHECK(got == 42, "got %d", got);
+  for (int i = 0; i < STRANGERS; i++) close(fds[i]);
+  return 0;
+}
+
+static int test_redial(void) {
+  static const char *const env[] = {"BRAID_TIMEOUT=20", NULL};
+  return run_env(2, body_redial, NULL, env, -1, 60);
+}
+
 /* Rank 0 accepts rank 1's first socket in one progress pass, then spends
    longer than the handshake's 10 s outside braid: the socket is a peer's,
    whose HELLO and proof wait unread, not a silent stranger's to close. */
@@ -1762,6 +1795,7 @@ int main(int argc, char **argv) {
       {"descriptors_exhausted", test_descriptors_exhausted, 60},
       {"accept_fails", test_accept_fails, 90},
       {"first_contacts", test_first_contacts, 300},
+      {"redial", test_redial, 90},
       {"handshake_read_late", test_handshake_read_late, 90},
       {"ipv6", test_ipv6, 200},
       {"no_token", test_no_token, 200},

@@ -104,6 +104,7 @@ typedef struct tcp_conn {
   uint8_t small[BRAID_TCP_FAIL_MAX]; /* handshake and FAIL payloads */
   uint8_t nonce_c[BRAID_TCP_NONCE], nonce_s[BRAID_TCP_NONCE];
   double accepted;       /* when this rank accepted it */
+  double redialed;       /* an outgoing socket: when the peer first closed it before its HELLO_ACK (0: never) */
   double auth_deadline;
   struct tcp_conn *next; /* every connection of the communicator */
 } tcp_conn;

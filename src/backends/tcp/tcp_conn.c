@@ -477,6 +477,34 @@ done:
   return st;
 }
 
+/* A non-blocking connect to q's listener: *fd, and *r, connect's result
+   (0: connected, else in progress). */
+static braid_status dial(braid_comm *c, tcp_state *s, int q, int *fd, int *r) {
+  tcp_peer *p = &s->peers[q];
+  *fd = socket(p->sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (*fd < 0)
+    return braid__fail_comm(c, BRAID_ERR_SYSTEM, "socket() for a connection to rank %d failed: %s",
+                            braid__label(c, q), strerror(errno));
+  set_buffers(s, *fd);
+  set_options(s, *fd);
+  set_congestion(c, s, *fd, q);
+  /* Across a link slower than the CPUs, what the kernel holds unsent leaves
+     before a CTS queued now; on this host the bytes leave as fast as the
+     peer reads, and the limit would only add wake-ups. */
+  if (!p->local) (void)braid__sock_set_notsent_lowat(*fd, s->notsent);
+  do {
+    *r = connect(*fd, (struct sockaddr *)&p->sa, p->salen);
+  } while (*r != 0 && errno == EINTR);
+  if (*r != 0 && errno != EINPROGRESS) {
+    int e = errno;
+    close(*fd);
+    *fd = -1;
+    return braid__fail_comm(c, BRAID_ERR_PEER_LOST, "could not connect to rank %d at %s: %s", braid__label(c, q),
+                            p->where, strerror(e));
+  }
+  return BRAID_OK;
+}
+
 braid_status tcp_out_conn(braid_comm *c, tcp_state *s, int q, int idx, tcp_conn **out) {
   tcp_peer *p = &s->peers[q];
   *out = p->out[idx];
@@ -486,27 +514,9 @@ braid_status tcp_out_conn(braid_comm *c, tcp_state *s, int q, int idx, tcp_conn 
      could not be taken back without a gap in the socket's sequence, and a
      rank without a connection to q cannot keep to the protocol with it. */
   if (!p->known) return braid__fail_comm(c, BRAID_ERR_INTERNAL, "no tcp address for rank %d", braid__label(c, q));
-  int fd = socket(p->sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0)
-    return braid__fail_comm(c, BRAID_ERR_SYSTEM, "socket() for a connection to rank %d failed: %s",
-                            braid__label(c, q), strerror(errno));
-  set_buffers(s, fd);
-  set_options(s, fd);
-  set_congestion(c, s, fd, q);
-  /* Across a link slower than the CPUs, what the kernel holds unsent leaves
-     before a CTS queued now; on this host the bytes leave as fast as the
-     peer reads, and the limit would only add wake-ups. */
-  if (!p->local) (void)braid__sock_set_notsent_lowat(fd, s->notsent);
-  int r;
-  do {
-    r = connect(fd, (struct sockaddr *)&p->sa, p->salen);
-  } while (r != 0 && errno == EINTR);
-  if (r != 0 && errno != EINPROGRESS) {
-    int e = errno;
-    close(fd);
-    return braid__fail_comm(c, BRAID_ERR_PEER_LOST, "could not connect to rank %d at %s: %s", braid__label(c, q),
-                            p->where, strerror(e));
-  }
+  int fd, r;
+  braid_status st = dial(c, s, q, &fd, &r);
+  if (st) return st;
   tcp_conn *k = conn_new(s, fd, 1, q, idx, C_CONNECTING);
   if (!k) {
     close(fd);
@@ -805,6 +815,51 @@ braid_status tcp_fail_gone(braid_comm *c, tcp_state *s, int q, const char *what)
                      c->call ? c->call : "braid", what);
 }
 
+/* A socket of this rank's that q closed before its HELLO_ACK, with frames
+   queued: a rank holding TCP_MAX_UNAUTH sockets in their handshake closes
+   silent ones, and this rank's HELLO leaves only at its next progress
+   pass, so a rank that sent and then computed may be taken for a stranger.
+   Nothing crossed that socket yet, so it is dialled again (the same index,
+   queue and sequence), for up to the timeout since the first such close;
+   a refused connect, a peer leaving or a failure it published end it. */
+static int may_redial(const braid_comm *c, const tcp_state *s, const tcp_conn *k, int err) {
+  if (err && err != ECONNRESET && err != EPIPE) return 0;
+  if (s->peers[k->peer].bye || atomic_load(&c->failed)) return 0;
+  return !k->redialed || c->timeout_s <= 0 || braid__now() - k->redialed < c->timeout_s;
+}
+
+static braid_status redial(braid_comm *c, tcp_state *s, tcp_conn *k) {
+  BLOG_INFO(BRAID_SUB_TCP, c->rank,
+            "rank %d closed socket %d of this rank's before its handshake ended (crowded by other connections?): "
+            "connecting again",
+            braid__label(c, k->peer), k->idx);
+  int fd, r;
+  braid_status st = dial(c, s, k->peer, &fd, &r);
+  if (st) {
+    tcp_conn_close(s, k);
+    return st;
+  }
+  epoll_ctl(s->epfd, EPOLL_CTL_DEL, k->fd, NULL);
+  close(k->fd);
+  k->fd = fd;
+  if (!k->redialed) k->redialed = braid__now();
+  k->state = C_CONNECTING;
+  k->hs_len = k->hs_done = 0;
+  k->rpos = k->rlen = 0;
+  k->in_body = 0;
+  k->seq_in = 0;
+  k->events = EPOLLIN | EPOLLRDHUP | EPOLLOUT;
+  struct epoll_event ev = {.events = k->events, .data.ptr = k};
+  if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+    int e = errno;
+    tcp_conn_close(s, k);
+    return braid__fail_comm(c, BRAID_ERR_SYSTEM, "could not watch a new socket to rank %d: %s",
+                            braid__label(c, k->peer), strerror(e));
+  }
+  if (r == 0) return tcp_connected(c, s, k);
+  return BRAID_OK;
+}
+
 braid_status tcp_conn_lost(braid_comm *c, tcp_state *s, tcp_conn *k, int err) {
   if (tcp_in_handshake(k)) {
     BLOG_DEBUG(BRAID_SUB_TCP, c->rank, "an unauthenticated connection from %s closed", k->where);
@@ -814,6 +869,10 @@ braid_status tcp_conn_lost(braid_comm *c, tcp_state *s, tcp_conn *k, int err) {
   int q = k->peer;
   if (k->state == C_CONNECTING || k->state == C_WAIT_ACK) {
     int queued = k->qhead != NULL;
+    if (queued && may_redial(c, s, k, err)) {
+      if (tcp_sweep(c, s)) return (braid_status)atomic_load(&c->failed);
+      return redial(c, s, k);
+    }
     tcp_conn_close(s, k);
     /* Nothing crosses a socket before its handshake ends, and a peer that
        leaves closes those still in theirs without a goodbye: one with

@@ -1,6 +1,7 @@
 """braid.init, braid.Communicator, braid.mem_alloc, and the Communicator's
 memory (DeviceMemory) and registrations (Registration)."""
 import ctypes
+import functools
 import itertools
 import os
 import threading
@@ -37,6 +38,42 @@ def _error(lib, handle, status, call):
 
 def _raise(lib, handle, status, call):
     raise _error(lib, handle, status, call)
+
+
+_INT_MIN, _INT_MAX, _U32_MAX = -2**31, 2**31 - 1, 2**32 - 1
+
+
+def _c_int(value, call, arg, note):
+    """value as a C int, or InvalidArgumentError: ctypes would wrap it."""
+    v = int(value)
+    if not _INT_MIN <= v <= _INT_MAX:
+        raise InvalidArgumentError("%s: %s %d does not fit a C int (%d to %d)%s" % (call, arg, v, _INT_MIN, _INT_MAX,
+                                                                                   note))
+    return v
+
+
+def _c_u32(value, call, arg, note):
+    """value as a uint32_t, or InvalidArgumentError: ctypes would wrap it."""
+    v = int(value)
+    if not 0 <= v <= _U32_MAX:
+        raise InvalidArgumentError("%s: %s %d is not a 32-bit unsigned value (0 to %d)%s" % (call, arg, v, _U32_MAX,
+                                                                                            note))
+    return v
+
+
+def _in_call(fn):
+    """Counts fn's calls in flight, so that destroy() never frees the
+    communicator under another thread's call."""
+    @functools.wraps(fn)
+    def run(self, *args, **kwargs):
+        with self._lock:
+            self._calls += 1
+        try:
+            return fn(self, *args, **kwargs)
+        finally:
+            with self._lock:
+                self._calls -= 1
+    return run
 
 
 def _env_rank_note():
@@ -82,9 +119,9 @@ def init(backend=None, rank=None, world_size=None, timeout=None, destroy_timeout
             keep.append(backend.encode())
             cfg.backend = keep[-1]
         if rank is not None:
-            cfg.rank = int(rank)
+            cfg.rank = _c_int(rank, "braid_init", "rank", _env_rank_note())
         if world_size is not None:
-            cfg.world_size = int(world_size)
+            cfg.world_size = _c_int(world_size, "braid_init", "world_size", _env_rank_note())
         if timeout is not None:
             cfg.timeout_s = float(timeout)
         if destroy_timeout is not None:
@@ -96,9 +133,9 @@ def init(backend=None, rank=None, world_size=None, timeout=None, destroy_timeout
             keep.append(token.encode())
             cfg.token_hex = keep[-1]
         if local_rank is not None:
-            cfg.local_rank = int(local_rank)
+            cfg.local_rank = _c_int(local_rank, "braid_init", "local_rank", _env_rank_note())
         if local_size is not None:
-            cfg.local_size = int(local_size)
+            cfg.local_size = _c_int(local_size, "braid_init", "local_size", _env_rank_note())
         if init_timeout is not None:
             cfg.init_timeout_s = float(init_timeout)
         cfgp = ctypes.byref(cfg)
@@ -135,7 +172,9 @@ class Communicator:
         self._lib = lib
         self._h = handle
         self._lock = threading.Lock()
-        self._pending = []
+        self._calls = 0  # calls in flight in any thread (_in_call)
+        self._pending = []  # (hold number, buffers) of operations not yet known complete
+        self._held = 0
         self._rank = lib.braid_rank(handle)
         self._size = lib.braid_world_size(handle)
         self._backend = lib.braid_backend(handle).decode()
@@ -227,14 +266,23 @@ class Communicator:
 
     def _hold(self, *bufs):
         with self._lock:
-            self._pending.extend(bufs)
+            self._held += 1
+            self._pending.append((self._held, bufs))
 
-    def _release_pending(self):
+    def _holds(self):
+        """The number of the newest hold: a sync that starts now completes
+        the operations of every hold up to it, not those posted later by
+        another thread."""
         with self._lock:
-            self._pending.clear()
+            return self._held
+
+    def _release_pending(self, upto=None):
+        with self._lock:
+            self._pending = [] if upto is None else [e for e in self._pending if e[0] > upto]
 
     # ------------------------------------------------------------ collectives
 
+    @_in_call
     def all_reduce(self, buf, op=Op.SUM, dtype=None):
         """Reduces buf across ranks, in place; every rank gets bitwise-identical
         results. op: braid.Op or a name ("sum", "prod", "min", "max", "avg",
@@ -248,16 +296,19 @@ class Communicator:
             self._hold(b)
         return buf
 
+    @_in_call
     def broadcast(self, buf, root=0, dtype=None):
         """Copies root's buf to every rank's buf. Returns buf."""
         call = "braid_broadcast"
         h = self._handle(call)
         b = self._buf(buf, True, call, "buf", dtype)
-        self._check(self._lib.braid_broadcast(h, b.addr, b.count(b.dtype), int(b.dtype), int(root)), h, call)
+        root = _c_int(root, call, "root", self._note())
+        self._check(self._lib.braid_broadcast(h, b.addr, b.count(b.dtype), int(b.dtype), root), h, call)
         if self._stream:
             self._hold(b)
         return buf
 
+    @_in_call
     def all_gather(self, send, recv, dtype=None):
         """Rank r's send lands at block r of recv, which holds world_size
         blocks of send's size. In place when send is this rank's block of
@@ -279,6 +330,7 @@ class Communicator:
             self._hold(s, r)
         return recv
 
+    @_in_call
     def reduce_scatter(self, send, recv, op=Op.SUM, dtype=None):
         """send holds world_size blocks of recv's size; rank r receives the
         reduction of every rank's block r. In place when recv is this rank's
@@ -309,7 +361,7 @@ class Communicator:
         return f
 
     def _root(self, root, call):
-        r = int(root)
+        r = _c_int(root, call, "root", self._note())
         if not 0 <= r < self._size:
             raise InvalidArgumentError("%s: root %d out of range for world size %d%s"
                                        % (call, r, self._size, self._note()))
@@ -320,6 +372,7 @@ class Communicator:
             raise InvalidArgumentError("%s: send holds %s elements but recv holds %s%s"
                                        % (call, s.dtype, r.dtype, self._note()))
 
+    @_in_call
     def reduce(self, send, recv=None, op=Op.SUM, root=0, dtype=None):
         """Reduces every rank's send into root's recv (send's size and type).
         recv is used at the root only (other ranks may pass None); in place
@@ -346,6 +399,7 @@ class Communicator:
             self._hold(s, r)
         return recv
 
+    @_in_call
     def gather(self, send, recv=None, root=0, dtype=None):
         """Rank r's send lands at block r of root's recv, which holds
         world_size blocks of send's size; recv is used at the root only
@@ -374,6 +428,7 @@ class Communicator:
             self._hold(s, r)
         return recv
 
+    @_in_call
     def scatter(self, send, recv, root=0, dtype=None):
         """Rank r receives block r of root's send (world_size blocks of
         recv's size) into recv; send is used at the root only (other ranks
@@ -402,6 +457,7 @@ class Communicator:
             self._hold(s, r)
         return recv
 
+    @_in_call
     def all_to_all(self, send, recv, dtype=None):
         """send and recv hold world_size blocks of the same size: block j of
         rank i lands as block i of rank j. In place when recv is send.
@@ -427,15 +483,18 @@ class Communicator:
 
     # ------------------------------------------------------------ point to point
 
+    @_in_call
     def send(self, buf, dest, tag=0, dtype=None):
         """Posts a send of buf to rank dest (non-blocking). Do not modify buf
         until sync() or barrier(); braid keeps it referenced until then."""
         call = "braid_send"
         h = self._handle(call)
+        dest, tag = _c_int(dest, call, "dest", self._note()), _c_u32(tag, call, "tag", self._note())
         b = self._buf(buf, False, call, "buf", dtype)
         self._hold(b)
-        self._check(self._lib.braid_send(h, b.addr, b.count(b.dtype), int(b.dtype), int(dest), int(tag)), h, call)
+        self._check(self._lib.braid_send(h, b.addr, b.count(b.dtype), int(b.dtype), dest, tag), h, call)
 
+    @_in_call
     def recv(self, buf, src, tag=0, dtype=None):
         """Posts a receive into buf from rank src (non-blocking). buf holds the
         message after sync() or barrier(). A message of another size or type
@@ -443,37 +502,45 @@ class Communicator:
         naming both sizes; the message stays for a receive of the right shape."""
         call = "braid_recv"
         h = self._handle(call)
+        src, tag = _c_int(src, call, "src", self._note()), _c_u32(tag, call, "tag", self._note())
         b = self._buf(buf, True, call, "buf", dtype)
         self._hold(b)
-        self._check(self._lib.braid_recv(h, b.addr, b.count(b.dtype), int(b.dtype), int(src), int(tag)), h, call)
+        self._check(self._lib.braid_recv(h, b.addr, b.count(b.dtype), int(b.dtype), src, tag), h, call)
 
+    @_in_call
     def sync(self):
         """Completes every pending operation of this rank."""
         call = "braid_sync"
         h = self._handle(call)
+        upto = self._holds()
         self._check(self._lib.braid_sync(h), h, call)
-        self._release_pending()
+        self._release_pending(upto)
 
+    @_in_call
     def barrier(self):
         """sync(), then waits until every rank has reached the barrier."""
         call = "braid_barrier"
         h = self._handle(call)
+        upto = self._holds()
         self._check(self._lib.braid_barrier(h), h, call)
-        self._release_pending()
+        self._release_pending(upto)
 
     # ------------------------------------------------------------ communicators
 
+    @_in_call
     def split(self, color, key=0):
         """Collective: ranks with the same color form a new Communicator,
         ranked by (key, old rank). color None (or braid.SPLIT_NONE): this rank
         joins none, and gets None."""
         call = "braid_split"
         h = self._handle(call)
-        c = SPLIT_NONE if color is None else int(color)
+        c = SPLIT_NONE if color is None else _c_u32(color, call, "color", self._note())
+        key = _c_u32(key, call, "key", self._note())
         out = ctypes.c_void_p()
-        self._check(self._lib.braid_split(h, c, int(key), ctypes.byref(out)), h, call)
+        self._check(self._lib.braid_split(h, c, key, ctypes.byref(out)), h, call)
         return Communicator._wrap(self._lib, out.value) if out.value else None
 
+    @_in_call
     def abort(self):
         """Fails the communicator, from any thread at any time: a call blocked
         in it (another thread's) and every later call raise AbortedError, and
@@ -490,6 +557,11 @@ class Communicator:
         mem_alloc stays valid for as long as its arrays live."""
         with self._mem_lock:
             with self._lock:
+                if self._h is not None and self._calls:
+                    raise InvalidArgumentError(
+                        "braid_destroy: %d call(s) on this communicator are still running in other threads; destroy "
+                        "it after they return (abort() makes a blocked one return at once)%s"
+                        % (self._calls, self._note()))
                 h, self._h = self._h, None
             if h is None:
                 return
@@ -520,6 +592,7 @@ class Communicator:
 
     # ------------------------------------------------------------ CUDA stream hooks
 
+    @_in_call
     def _hook(self, name, *args):
         h = self._handle(name)
         self._check(getattr(self._lib, name)(h, *args), h, name)
@@ -591,7 +664,9 @@ class Communicator:
         if self._device_mem:
             return DeviceMemory._make(self, key, ptr.value, nbytes, shp, dt)
         raw = (ctypes.c_char * max(nbytes, 1)).from_address(ptr.value)
-        weakref.finalize(raw, self._release, key)
+        # Not at exit: arrays over it may outlive the interpreter's atexit
+        # handlers (the process's end frees it anyway).
+        weakref.finalize(raw, self._release, key).atexit = False
         return numpy.frombuffer(raw, dtype=dt, count=n).reshape(shp)
 
     def register(self, buf):
@@ -851,7 +926,7 @@ def mem_alloc(shape, dtype="float32"):
     if st != 0:
         _raise(lib, None, st, "braid_mem_alloc")
     raw = (ctypes.c_char * max(nbytes, 1)).from_address(ptr.value)
-    weakref.finalize(raw, _mem_free_quietly, lib, ptr.value)
+    weakref.finalize(raw, _mem_free_quietly, lib, ptr.value).atexit = False  # as in Communicator.mem_alloc
     arr = numpy.frombuffer(raw, dtype=dt, count=n).reshape(shp)
     return arr
 

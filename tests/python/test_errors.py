@@ -374,3 +374,109 @@ def test_rooted_and_all_to_all_errors(comm):
     comm.all_reduce(x)
     comm.sync()
     assert np.all(x == 0)
+
+
+def test_integers_that_do_not_fit(private):
+    # ctypes would wrap them: root 2**32 would act as root 0, tag -1 as tag 2**32 - 1.
+    x = np.zeros(2)
+    with pytest.raises(braid.InvalidArgumentError, match=r"braid_broadcast: root 4294967296 does not fit a C int"):
+        private.broadcast(x, root=2**32)
+    with pytest.raises(braid.InvalidArgumentError, match=r"braid_send: dest 4294967296 does not fit a C int"):
+        private.send(x, dest=2**32)
+    with pytest.raises(braid.InvalidArgumentError, match=r"braid_recv: tag -1 is not a 32-bit unsigned value"):
+        private.recv(x, src=0, tag=-1)
+    with pytest.raises(braid.InvalidArgumentError, match=r"braid_split: color 4294967301 is not a 32-bit"):
+        private.split(2**32 + 5)
+    with pytest.raises(braid.InvalidArgumentError, match=r"braid_split: color -1 is not a 32-bit"):
+        private.split(-1)
+    with pytest.raises(braid.InvalidArgumentError, match=r"braid_reduce: root -4294967296 does not fit a C int"):
+        private.reduce(x, root=-2**32)
+    with pytest.raises(braid.InvalidArgumentError, match=r"braid_init: world_size 4294967297 does not fit a C int"):
+        braid.init(backend="self", rank=0, world_size=2**32 + 1)
+    # The largest values pass through unchanged.
+    private.send(x + 1, dest=0, tag=2**32 - 1)
+    got = np.zeros(2)
+    private.recv(got, src=0, tag=2**32 - 1)
+    private.sync()
+    assert np.array_equal(got, x + 1)
+    assert private.split(braid.SPLIT_NONE) is None
+
+
+def test_destroy_while_another_thread_waits(private):
+    # Freeing the communicator under a blocked sync() would crash the
+    # process: destroy() refuses, and works once the call returned.
+    got = np.zeros(3)
+    private.recv(got, src=0, tag=4)
+    done = []
+    t = threading.Thread(target=lambda: done.append(private.sync()))
+    t.start()
+    deadline = time.time() + 10
+    while private._calls == 0 and time.time() < deadline:
+        time.sleep(0.01)
+    with pytest.raises(braid.InvalidArgumentError,
+                       match=r"braid_destroy: 1 call\(s\) on this communicator are still running in other threads"):
+        private.destroy()
+    assert not private.closed
+    private.send(np.arange(3.0), dest=0, tag=4)
+    t.join(10)
+    assert not t.is_alive() and done == [None]
+    assert np.array_equal(got, np.arange(3.0))
+    private.destroy()
+    assert private.closed
+
+
+def test_sync_keeps_sends_posted_after_it_began(private):
+    # Another thread's send posted while sync() runs is not completed by that
+    # sync: its buffer stays referenced until a later one.
+    import weakref
+
+    refs = []
+    real = private._lib
+
+    class Lib:
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def braid_sync(self, h):
+            st = real.braid_sync(h)
+            if not refs:  # the other thread's send, between the C call and the release
+                a = np.arange(4.0) + 10
+                refs.append(weakref.ref(a))
+                private.send(a, dest=0, tag=6)
+            return st
+
+    import gc
+
+    private._lib = Lib()
+    try:
+        private.sync()
+        gc.collect()
+        assert refs and refs[0]() is not None, "the later send's buffer was released by the earlier sync"
+        got = np.zeros(4)
+        private.recv(got, src=0, tag=6)
+        private.sync()
+        assert np.array_equal(got, np.arange(4.0) + 10)
+    finally:
+        private._lib = real
+    gc.collect()
+    assert refs[0]() is None, "the buffer stayed referenced after the sync that completed its send"
+
+
+def test_braid_memory_outlives_atexit_handlers(tmp_path):
+    # An array of braid memory used by an atexit handler registered before
+    # it was allocated: the memory is not unmapped before that handler runs.
+    script = tmp_path / "late_use.py"
+    script.write_text(
+        "import atexit, braid, numpy as np\n"
+        "keep = []\n"
+        "atexit.register(lambda: print('sum', float(keep[0].sum())))\n"
+        "keep.append(braid.mem_alloc(1 << 20, np.float64))\n"
+        "keep[0][:] = 1\n"
+        "c = braid.init(backend='self', rank=0, world_size=1)\n"
+        "keep.append(c.mem_alloc(1 << 16, np.float64))\n")
+    env = dict(os.environ)
+    for k in [k for k in env if k.startswith("BRAID_") and k not in ("BRAID_LIBRARY",)]:
+        del env[k]
+    r = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, "exit status %d: %s" % (r.returncode, r.stderr[-2000:])
+    assert "sum %s" % float(1 << 20) in r.stdout

@@ -335,9 +335,20 @@ braid_status braid_destroy(braid_comm *c) {
     return braid__fail_caller(BRAID_ERR_INVALID_ARG,
                               "braid_destroy: comm %p is not a live communicator of this process (destroyed already?)",
                               (void *)c);
+  /* Under the lock: no call queues itself on c, or lets go of it, meanwhile. */
+  pthread_mutex_lock(&c->lock);
   braid_status st = braid__group_forget(c);
-  if (st) return st;
-  braid__comm_release(c, -1);
+  if (!st && c->lent)
+    st = braid__fail_caller(BRAID_ERR_INVALID_ARG,
+                            "braid_destroy: %d call(s) on this communicator wait in other threads (they let this "
+                            "call in while they wait); destroy it after they return (braid_abort makes them return "
+                            "at once) (rank %d)",
+                            c->lent, braid__label(c, c->rank));
+  if (st) {
+    pthread_mutex_unlock(&c->lock);
+    return st;
+  }
+  braid__comm_release_locked(c, -1);
   return BRAID_OK;
 }
 

@@ -236,6 +236,10 @@ static void drain(braid_comm *c, double timeout_s) {
 
 void braid__comm_release(braid_comm *c, double timeout_s) {
   pthread_mutex_lock(&c->lock);
+  braid__comm_release_locked(c, timeout_s);
+}
+
+void braid__comm_release_locked(braid_comm *c, double timeout_s) {
   c->call = "braid_destroy";
   if (timeout_s < 0) timeout_s = c->destroy_timeout_s;
   if (atomic_load(&c->failed)) timeout_s = 0;

@@ -60,6 +60,8 @@ braid_status braid__start_get(braid_comm *c, const char *key, void **val, size_t
    its destroy timeout; 0 when it failed), the backend's state, the
    bootstrap state, the object. */
 void braid__comm_release(braid_comm *c, double timeout_s);
+/* The same with c->lock held (released with the object). */
+void braid__comm_release_locked(braid_comm *c, double timeout_s);
 
 /* After a backend's init: checks forced algorithms against what it has and
    joins the live communicators. */

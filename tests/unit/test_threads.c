@@ -2,6 +2,7 @@
    a blocked braid_sync lets other threads' sends through, braid_abort from any
    thread wakes every waiter. Also runs under ThreadSanitizer (make test-tsan). */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,6 +90,43 @@ static int test_sync_waits_for_other_thread(void) {
   pthread_join(t, NULL);
   BT_CHECK(s.st == BRAID_OK, "send from the other thread: %s", braid_status_string(s.st));
   BT_CHECK(got == 4242, "got %d", got);
+  BT_CHECK_OK(braid_destroy(c), NULL);
+  return 0;
+}
+
+/* braid_destroy from the thread a waiting braid_sync let in is refused
+   (freeing c would pull it from under the wait) and leaves c intact; the
+   send then completes the wait and destroy works. */
+typedef struct waiter {
+  braid_comm *c;
+  braid_status st;
+  _Atomic int started;
+} waiter;
+
+static void *sync_now(void *p) {
+  waiter *w = p;
+  atomic_store(&w->started, 1);
+  w->st = braid_sync(w->c);
+  return NULL;
+}
+
+static int test_destroy_under_waiter(void) {
+  braid_comm *c = new_comm(30);
+  int got = 0;
+  BT_CHECK_OK(braid_recv(c, &got, 1, BRAID_I32, 0, 8), c);
+  waiter w = {c, BRAID_ERR_INTERNAL, 0};
+  pthread_t t;
+  BT_CHECK(pthread_create(&t, NULL, sync_now, &w) == 0, "pthread_create");
+  while (!atomic_load(&w.started)) braid__sleep(0.001);
+  braid__sleep(0.2); /* asleep in its wait by now */
+  BT_CHECK_ST(braid_destroy(c), BRAID_ERR_INVALID_ARG, NULL);
+  BT_CHECK(strstr(braid_last_error(NULL), "braid_destroy: 1 call(s) on this communicator wait in other threads"),
+           "message: %s", braid_last_error(NULL));
+  int v = 99;
+  BT_CHECK_OK(braid_send(c, &v, 1, BRAID_I32, 0, 8), c);
+  pthread_join(t, NULL);
+  BT_CHECK(w.st == BRAID_OK, "the waiting sync: %s", braid_status_string(w.st));
+  BT_CHECK(got == 99, "got %d", got);
   BT_CHECK_OK(braid_destroy(c), NULL);
   return 0;
 }
@@ -248,6 +286,7 @@ static const bt_case cases[] = {
     BT_CASE(test_concurrent_calls),
     BT_CASE(test_sync_waits_for_other_thread),
     BT_CASE(test_abort_wakes_waiter),
+    BT_CASE(test_destroy_under_waiter),
     BT_CASE(test_abort_races_callers),
     BT_CASE(test_shm_two_threads),
 };

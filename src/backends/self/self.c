@@ -149,7 +149,9 @@ static void self_sleep(braid_comm *c, double slice_s) {
     ts.tv_sec++;
     ts.tv_nsec -= 1000000000L;
   }
+  c->lent++; /* braid_destroy from the call let in must not free c under this one */
   pthread_cond_timedwait(&state(c)->cond, &c->lock, &ts);
+  c->lent--;
 }
 
 static void self_disarm(braid_comm *c) { (void)c; }

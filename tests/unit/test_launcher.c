@@ -191,6 +191,46 @@ static int test_kill_on_failure(void) {
   return 0;
 }
 
+/* Whether pid is gone (or a zombie nobody has reaped yet). */
+static int gone(long pid) {
+  char path[64], st[256] = "";
+  snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+  slurp(path, st, sizeof st);
+  const char *e = strrchr(st, ')');
+  return !st[0] || (e && e[1] == ' ' && e[2] == 'Z');
+}
+
+/* What a rank started goes with the job, also when the rank itself has
+   ended: rank 1 starts a sleep in the background and fails at once. */
+static int test_leftover_children(void) {
+  char dir[] = "/tmp/braid_launcher_left_XXXXXX";
+  BT_CHECK(mkdtemp(dir), "mkdtemp");
+  char script[512];
+  snprintf(script, sizeof script,
+           "sleep 60 & echo $! > %s/pid.$BRAID_RANK; if [ \"$BRAID_RANK\" = 1 ]; then exit 3; fi; wait", dir);
+  const char *argv[] = {braidrun, "-n", "2", "--grace", "1", "/bin/sh", "-c", script, NULL};
+  proc p;
+  BT_CHECK(run(&p, NULL, argv, 30) == 0, "finished");
+  BT_CHECK(code_of(&p) == 3, "exit %d, expected 3; stderr: %s", code_of(&p), p.err);
+  int checked = 0;
+  for (int r = 0; r < 2; r++) {
+    char path[600], txt[32];
+    snprintf(path, sizeof path, "%s/pid.%d", dir, r);
+    slurp(path, txt, sizeof txt);
+    unlink(path);
+    long pid = atol(txt);
+    if (pid <= 0) continue; /* rank 0 was stopped before it started one */
+    double end = braid__now() + 5;
+    while (!gone(pid) && braid__now() < end) braid__sleep(0.02);
+    if (!gone(pid)) kill((pid_t)pid, SIGKILL);
+    BT_CHECK(gone(pid), "rank %d's background process %ld outlived the job", r, pid);
+    checked += r == 1;
+  }
+  rmdir(dir);
+  BT_CHECK(checked == 1, "rank 1 wrote no pid");
+  return 0;
+}
+
 static int test_signal_forwarding(void) {
   int sigs[] = {SIGINT, SIGTERM};
   for (int i = 0; i < 2; i++) {
@@ -404,6 +444,9 @@ static int test_usage(void) {
   const char *bad[] = {braidrun, "-n", "2", "--bogus", prog, NULL};
   BT_CHECK(run(&p, NULL, bad, 10) == 0 && code_of(&p) == 2, "unknown option: exit %d", code_of(&p));
   CHECK_HAS(p.err, "unknown option --bogus");
+  const char *flagval[] = {braidrun, "--tag-output=1", "-n", "1", prog, NULL};
+  BT_CHECK(run(&p, NULL, flagval, 10) == 0 && code_of(&p) == 2, "a value for a flag: exit %d", code_of(&p));
+  CHECK_HAS(p.err, "braidrun: --tag-output takes no value");
   const char *missing[] = {braidrun, "-n", "1", "/nonexistent/braid-prog", NULL};
   BT_CHECK(run(&p, NULL, missing, 10) == 0 && code_of(&p) == 127, "missing program: exit %d", code_of(&p));
   const char *nf[] = {braidrun, "-n", "1", "braid-no-such-command", NULL};
@@ -426,6 +469,7 @@ int main(int argc, char **argv) {
   unsetenv("BRAID_INIT_TIMEOUT");
   static const bt_case cases[] = {
       BT_CASE(test_variables),     BT_CASE(test_exit_code),   BT_CASE(test_kill_on_failure),
+      BT_CASE(test_leftover_children),
       BT_CASE(test_signal_forwarding), BT_CASE(test_braidrun_killed), BT_CASE(test_timeout),
       BT_CASE(test_tag_output),
       BT_CASE(test_single_node_rendezvous), BT_CASE(test_two_nodes), BT_CASE(test_token_mismatch),

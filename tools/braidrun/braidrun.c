@@ -81,8 +81,10 @@ static const char usage_tail[] =
     "  grace period, and exits with the first failing rank's status (128+N for\n"
     "  signal N). SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to braidrun are\n"
     "  forwarded to every rank; a second SIGINT or SIGTERM kills them. Each rank\n"
-    "  runs in its own process group, so whatever it starts is signalled too.\n"
-    "  Should braidrun itself die, even by SIGKILL, the kernel kills every rank.\n"
+    "  runs in its own process group, so whatever it starts is signalled too,\n"
+    "  also after the rank itself ended, and killed once the grace period is\n"
+    "  over. Should braidrun itself die, even by SIGKILL, the kernel kills every\n"
+    "  rank (what a rank started is then the rank's to end).\n"
     "  Rank 0 reads braidrun's standard input unless that is a terminal; the\n"
     "  other ranks read /dev/null.\n"
     "\n"
@@ -118,6 +120,7 @@ typedef struct rank_proc {
   int rank; /* global */
   pid_t pid;
   int running;
+  int group; /* its process group (pid) was made: what it started may outlive it */
   int status;
   outbuf out[2]; /* stdout, stderr (with --tag-output) */
 } rank_proc;
@@ -315,6 +318,7 @@ static int spawn(rank_proc *rp, const char *path, char **argv, char **envp, int 
   setpgid(pid, pid); /* also here, so no signal can find the child outside its group */
   rp->pid = pid;
   rp->running = 1;
+  rp->group = 1;
   close(ex[1]);
   if (tag) {
     close(outp[1]);
@@ -338,9 +342,25 @@ static int spawn(rank_proc *rp, const char *path, char **argv, char **envp, int 
   return e;
 }
 
+/* A rank and what it started; once the rank is reaped, what it started
+   still (its group; never the bare pid, which another process may have). */
 static void signal_rank(rank_proc *rp, int sig) {
-  if (!rp->running) return;
-  if (kill(-rp->pid, sig) != 0) kill(rp->pid, sig);
+  if (rp->running) {
+    if (kill(-rp->pid, sig) != 0) kill(rp->pid, sig);
+  } else if (rp->group && kill(-rp->pid, sig) != 0) {
+    rp->group = 0; /* empty */
+  }
+}
+
+/* Whether some rank's process group still has a process in it. */
+static int groups_alive(void) {
+  int n = 0;
+  for (int i = 0; i < nranks; i++)
+    if (ranks[i].group) {
+      if (kill(-ranks[i].pid, 0) == 0) n++;
+      else ranks[i].group = 0;
+    }
+  return n;
 }
 
 static void signal_all(int sig) {
@@ -832,6 +852,13 @@ int main(int argc, char **argv) {
     }
   }
 
+  /* A stopped job leaves nothing its ranks started: what survived SIGTERM
+     gets the rest of the grace period, then SIGKILL. */
+  if (stopping || forwarded) {
+    const double until = isfinite(kill_at) ? kill_at : braid__now() + o.grace;
+    while (groups_alive() && braid__now() < until) braid__sleep(0.05);
+    if (groups_alive()) signal_all(SIGKILL);
+  }
   int code = timed_out ? 124 : exit_code >= 0 ? exit_code : forwarded ? 128 + forwarded : 0;
   if (cc.st) {
     int64_t done = 0, joined = 0;

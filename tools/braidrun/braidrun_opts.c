@@ -69,6 +69,10 @@ int braidrun_parse_opts(int argc, char **argv, braidrun_opts *o, char *err, size
     case O_TOKEN_FILE: o->token_file = optarg; break;
     case ':': return usage(err, errlen, "%s needs a value", argv[optind - 1]);
     default:
+      /* A long option given a value it takes none of ("--tag-output=1")
+         sets optopt to its code, which is no letter to print. */
+      if (optopt && !strncmp(argv[optind - 1], "--", 2))
+        return usage(err, errlen, "%.*s takes no value", (int)strcspn(argv[optind - 1], "="), argv[optind - 1]);
       if (optopt) return usage(err, errlen, "unknown option -%c", optopt);
       return usage(err, errlen, "unknown option %s", argv[optind - 1]);
     }

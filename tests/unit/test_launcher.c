@@ -392,6 +392,36 @@ static int test_two_nodes(void) {
   return 0;
 }
 
+/* Node 1's braidrun dies (SIGKILL) while node 0, whose ranks are done,
+   keeps the store up for it: node 0 says so and ends, instead of waiting
+   for a node that can no longer finish. */
+static int test_node_lost(void) {
+  char master[64];
+  int port = bt_free_port();
+  BT_CHECK(port > 0, "port");
+  snprintf(master, sizeof master, "127.0.0.1:%d", port);
+  const char *env[] = {"BRAID_TOKEN=00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff", NULL};
+  const char *a0[] = {braidrun, "--nnodes", "2", "--node-rank", "0", "--master", master, "-n", "1", prog, "sleep",
+                      "2", NULL}; /* still running when node 1 joins */
+  const char *a1[] = {braidrun, "--nnodes", "2", "--node-rank", "1", "--master", master, "-n", "1", prog, "trap",
+                      NULL};
+  proc p0, p1;
+  BT_CHECK(start(&p0, env, a0) == 0, "node 0");
+  braid__sleep(0.2);
+  BT_CHECK(start(&p1, env, a1) == 0, "node 1");
+  BT_CHECK(wait_output(&p1, "ready", 1, 15) == 0, "node 1's rank ready: %s", p1.out);
+  double t0 = braid__now();
+  kill(p1.pid, SIGKILL);
+  finish(&p1, 10);
+  int f0 = finish(&p0, 40);
+  const double dt = braid__now() - t0;
+  BT_CHECK(f0 == 0, "node 0 did not end after node 1's braidrun died");
+  BT_CHECK(code_of(&p0) == 1, "node 0 exit %d: %s", code_of(&p0), p0.err);
+  CHECK_HAS(p0.err, "braidrun: node 1's braidrun has not been heard from for 10 s");
+  BT_CHECK(dt < 25, "node 0 ended %.1f s after node 1's braidrun died", dt);
+  return 0;
+}
+
 static int test_token_mismatch(void) {
   char master[64];
   snprintf(master, sizeof master, "127.0.0.1:%d", bt_free_port());
@@ -472,7 +502,8 @@ int main(int argc, char **argv) {
       BT_CASE(test_leftover_children),
       BT_CASE(test_signal_forwarding), BT_CASE(test_braidrun_killed), BT_CASE(test_timeout),
       BT_CASE(test_tag_output),
-      BT_CASE(test_single_node_rendezvous), BT_CASE(test_two_nodes), BT_CASE(test_token_mismatch),
+      BT_CASE(test_single_node_rendezvous), BT_CASE(test_two_nodes), BT_CASE(test_node_lost),
+      BT_CASE(test_token_mismatch),
       BT_CASE(test_usage),
   };
   return bt_main(argc, argv, cases, BT_COUNT(cases));

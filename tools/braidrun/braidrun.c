@@ -98,7 +98,8 @@ static const char usage_tail[] =
     "Node 0 hosts the store at HOST:PORT (HOST must be node 0's address); the\n"
     "others join it before starting their ranks. Every node must use the same M\n"
     "and N. A failure on any node stops the job on every node, and node 0 keeps\n"
-    "the store up until every node has finished.\n"
+    "the store up until every node has finished, or until a node's braidrun has\n"
+    "not been heard from for 10 s (then it exits with 1).\n"
     "\n"
     "Security: the store authenticates every connection with the job token, a\n"
     "32-byte secret that never crosses the network (HMAC challenge-response).\n"
@@ -460,8 +461,54 @@ typedef struct control {
   braid__store *st; /* NULL on a single node */
   int nnodes, node;
   double next_poll;
+  double next_beat; /* nodes but 0: when to say next that this braidrun lives */
   int lost;
 } control;
+
+/* Every node's braidrun but node 0's counts beat/K up every BEAT_S while it
+   runs and sets fin/K when it ends; node 0, keeping the store up for the
+   others, takes a node whose count stood still for NODE_LOST_S as gone
+   (its host, or its braidrun, died: its ranks died with it). */
+#define BEAT_S 1.0
+#define NODE_LOST_S 10.0
+
+static void beat(control *cc) {
+  if (!cc->st || cc->node == 0) return;
+  char key[32];
+  snprintf(key, sizeof key, "beat/%d", cc->node);
+  int64_t v;
+  (void)braid__store_add(cc->st, key, 1, &v);
+  cc->next_beat = braid__now() + BEAT_S;
+}
+
+static void finished(control *cc) {
+  if (!cc->st || cc->node == 0) return;
+  char key[32];
+  snprintf(key, sizeof key, "fin/%d", cc->node);
+  int64_t v;
+  (void)braid__store_add(cc->st, key, 1, &v);
+}
+
+/* Node 0: the first node that joined and went silent without finishing
+   (its number), else -1. last[k], seen[k]: the count and when it moved. */
+static int silent_node(control *cc, int64_t *last, double *seen) {
+  const double now = braid__now();
+  for (int k = 1; k < cc->nnodes; k++) {
+    char key[32];
+    int64_t b = 0, f = 0;
+    snprintf(key, sizeof key, "fin/%d", k);
+    if (braid__store_add(cc->st, key, 0, &f) != BRAID_OK || f) continue;
+    snprintf(key, sizeof key, "beat/%d", k);
+    if (braid__store_add(cc->st, key, 0, &b) != BRAID_OK || !b) continue; /* never joined */
+    if (b != last[k] || !seen[k]) {
+      last[k] = b;
+      seen[k] = now;
+    } else if (now - seen[k] >= NODE_LOST_S) {
+      return k;
+    }
+  }
+  return -1;
+}
 
 /* First failure on any node wins; the value is "<exit code> <message>". */
 static void publish_failure(control *cc, int code, const char *what) {
@@ -593,7 +640,7 @@ int main(int argc, char **argv) {
 
   char err[1024] = "";
   braid__store_server *server = NULL;
-  control cc = {NULL, o.nnodes, o.node_rank, 0, 0};
+  control cc = {NULL, o.nnodes, o.node_rank, 0, 0, 0};
   char store_addr[BRAID__ENV_HOST_MAX + 16];
   char job_id[64];
   double init_timeout = 0;
@@ -688,6 +735,7 @@ int main(int argc, char **argv) {
       if (server) braid__store_server_stop(server);
       return 1;
     }
+    beat(&cc);
   }
 
   /* Start the ranks. */
@@ -838,6 +886,7 @@ int main(int argc, char **argv) {
       signal_all(SIGKILL);
       kill_at = INFINITY;
     }
+    if (cc.st && now >= cc.next_beat) beat(&cc);
     if (cc.st && !stopping && !forwarded && now >= cc.next_poll) {
       cc.next_poll = now + 0.2;
       int code;
@@ -862,13 +911,24 @@ int main(int argc, char **argv) {
   int code = timed_out ? 124 : exit_code >= 0 ? exit_code : forwarded ? 128 + forwarded : 0;
   if (cc.st) {
     int64_t done = 0, joined = 0;
+    finished(&cc);
     if (braid__store_add(cc.st, "done", 1, &done) == BRAID_OK && server) {
       /* The store lives here: keep it up while the ranks of nodes that joined
          may still use it (a node that never joined has no ranks to wait for). */
       double until = code ? braid__now() + o.grace + 2.0 : (o.timeout > 0 ? end_at : INFINITY);
       double note_at = braid__now() + 5.0;
+      int64_t *last = calloc((size_t)o.nnodes, sizeof *last);
+      double *seen = calloc((size_t)o.nnodes, sizeof *seen);
       while (braid__now() < until) {
         if (braid__store_add(cc.st, "joined", 0, &joined) != BRAID_OK || done >= joined) break;
+        int gone = last && seen ? silent_node(&cc, last, seen) : -1;
+        if (gone > 0) {
+          msg("node %d's braidrun has not been heard from for %g s (its host or braidrun died, and its ranks with "
+              "it): the job did not finish there",
+              gone, NODE_LOST_S);
+          if (!code) code = 1;
+          break;
+        }
         int fcode;
         char what[600];
         if (!code && remote_failure(&cc, &fcode, what, sizeof what)) {
@@ -884,6 +944,8 @@ int main(int argc, char **argv) {
         braid__sleep(0.1);
         if (braid__store_add(cc.st, "done", 0, &done) != BRAID_OK) break;
       }
+      free(last);
+      free(seen);
     }
     braid__store_close(cc.st);
   }

@@ -472,21 +472,14 @@ typedef struct control {
 #define BEAT_S 1.0
 #define NODE_LOST_S 10.0
 
-static void beat(control *cc) {
+/* what ("beat" or "fin") of this node, counted up; node 0 keeps none. */
+static void node_says(control *cc, const char *what) {
   if (!cc->st || cc->node == 0) return;
   char key[32];
-  snprintf(key, sizeof key, "beat/%d", cc->node);
+  snprintf(key, sizeof key, "%s/%d", what, cc->node);
   int64_t v;
   (void)braid__store_add(cc->st, key, 1, &v);
   cc->next_beat = braid__now() + BEAT_S;
-}
-
-static void finished(control *cc) {
-  if (!cc->st || cc->node == 0) return;
-  char key[32];
-  snprintf(key, sizeof key, "fin/%d", cc->node);
-  int64_t v;
-  (void)braid__store_add(cc->st, key, 1, &v);
 }
 
 /* Node 0: the first node that joined and went silent without finishing
@@ -735,7 +728,7 @@ int main(int argc, char **argv) {
       if (server) braid__store_server_stop(server);
       return 1;
     }
-    beat(&cc);
+    node_says(&cc, "beat");
   }
 
   /* Start the ranks. */
@@ -886,7 +879,7 @@ int main(int argc, char **argv) {
       signal_all(SIGKILL);
       kill_at = INFINITY;
     }
-    if (cc.st && now >= cc.next_beat) beat(&cc);
+    if (cc.st && now >= cc.next_beat) node_says(&cc, "beat");
     if (cc.st && !stopping && !forwarded && now >= cc.next_poll) {
       cc.next_poll = now + 0.2;
       int code;
@@ -911,7 +904,7 @@ int main(int argc, char **argv) {
   int code = timed_out ? 124 : exit_code >= 0 ? exit_code : forwarded ? 128 + forwarded : 0;
   if (cc.st) {
     int64_t done = 0, joined = 0;
-    finished(&cc);
+    node_says(&cc, "fin");
     if (braid__store_add(cc.st, "done", 1, &done) == BRAID_OK && server) {
       /* The store lives here: keep it up while the ranks of nodes that joined
          may still use it (a node that never joined has no ranks to wait for). */

@@ -34,6 +34,7 @@ _Static_assert(TCP_HDR_READ > BRAID_TCP_HDR, "a header read must hold a whole he
 #define TCP_MAX_UNAUTH 64                  /* accepted sockets still in their handshake, at most */
 #define TCP_ACCEPT_RETRY_S 0.1             /* after accept failed, the listener rests this long */
 #define TCP_SILENT_S 0.5                   /* at the cap, a socket silent this long since accept may go */
+#define TCP_REDIALS 16                     /* a socket closed before its HELLO went is dialled again at most this often */
 #define TCP_KEY_LEN 32
 
 /* Connection states. Outgoing: CONNECTING -> WAIT_ACK -> READY. Incoming:
@@ -104,7 +105,8 @@ typedef struct tcp_conn {
   uint8_t small[BRAID_TCP_FAIL_MAX]; /* handshake and FAIL payloads */
   uint8_t nonce_c[BRAID_TCP_NONCE], nonce_s[BRAID_TCP_NONCE];
   double accepted;       /* when this rank accepted it */
-  double redialed;       /* an outgoing socket: when the peer first closed it before its HELLO_ACK (0: never) */
+  double redialed;       /* an outgoing socket: when the peer first closed it before its HELLO went (0: never) */
+  int redials;           /* ... and how often */
   double auth_deadline;
   struct tcp_conn *next; /* every connection of the communicator */
 } tcp_conn;

@@ -549,6 +549,11 @@ braid_status tcp_connected(braid_comm *c, tcp_state *s, tcp_conn *k) {
   /* A refused or reset connect often means the peer failed and left: the
      lost-socket path looks for the failure it published before blaming it. */
   if (err) return tcp_conn_lost(c, s, k, err);
+  /* Closed by the peer before this rank's HELLO went (crowded: see
+     may_redial): lost while still connecting. */
+  char b;
+  ssize_t r = recv(k->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (r == 0 || (r < 0 && errno == ECONNRESET)) return tcp_conn_lost(c, s, k, r ? ECONNRESET : 0);
   braid__tcp_hello m = {(uint32_t)s->me, (uint32_t)k->peer, (uint32_t)k->idx, 0, {0}};
   if (braid__random_bytes(m.nonce, sizeof m.nonce))
     return braid__fail_comm(c, BRAID_ERR_SYSTEM, "could not draw a handshake nonce");
@@ -575,17 +580,29 @@ static tcp_conn *silent_victim(tcp_state *s, double now) {
   return old;
 }
 
+/* At the cap: closes the socket silent longest, once a last read shows it
+   still has said nothing (a HELLO that came since makes it a speaker). 1:
+   there is room now; 0: none is silent (or *st: the read failed c). */
+static int make_room(braid_comm *c, tcp_state *s, double now, braid_status *st) {
+  *st = BRAID_OK;
+  for (tcp_conn *old; (old = silent_victim(s, now));) {
+    if ((*st = tcp_read(c, s, old))) return 0;
+    if (old->state == C_IN_HELLO && old->rlen == 0) tcp_refuse(c, s, old, TCP_CROWDED);
+    if (s->nunauth < TCP_MAX_UNAUTH) return 1;
+  }
+  return 0;
+}
+
 braid_status tcp_accept(braid_comm *c, tcp_state *s) {
   for (int i = 0; i < 64; i++) {
     /* At the cap the rest wait in the backlog while handshakes end, or
        until a silent one can go (tcp_expire makes that room). */
     if (s->nunauth >= TCP_MAX_UNAUTH) {
-      tcp_conn *old = silent_victim(s, braid__now());
-      if (!old) {
-        listener_watch(s, 0);
-        return BRAID_OK;
+      braid_status st;
+      if (!make_room(c, s, braid__now(), &st)) {
+        if (!st) listener_watch(s, 0);
+        return st;
       }
-      tcp_refuse(c, s, old, TCP_CROWDED);
     }
     struct sockaddr_storage ss;
     socklen_t sl = sizeof ss;
@@ -748,8 +765,9 @@ braid_status tcp_expire(braid_comm *c, tcp_state *s) {
     /* Paused at the cap: a connection waiting in the backlog may take the
        place of a silent one (closing it resumes the listener). */
     struct pollfd pl = {.fd = s->lfd, .events = POLLIN};
-    tcp_conn *old = poll(&pl, 1, 0) > 0 ? silent_victim(s, now) : NULL;
-    if (old) tcp_refuse(c, s, old, TCP_CROWDED);
+    braid_status st = BRAID_OK;
+    if (poll(&pl, 1, 0) > 0) (void)make_room(c, s, now, &st);
+    if (st) return st;
   }
   listener_resume(s, now);
   if (!s->nunauth) return BRAID_OK;
@@ -815,16 +833,18 @@ braid_status tcp_fail_gone(braid_comm *c, tcp_state *s, int q, const char *what)
                      c->call ? c->call : "braid", what);
 }
 
-/* A socket of this rank's that q closed before its HELLO_ACK, with frames
-   queued: a rank holding TCP_MAX_UNAUTH sockets in their handshake closes
-   silent ones, and this rank's HELLO leaves only at its next progress
-   pass, so a rank that sent and then computed may be taken for a stranger.
-   Nothing crossed that socket yet, so it is dialled again (the same index,
-   queue and sequence), for up to the timeout since the first such close;
-   a refused connect, a peer leaving or a failure it published end it. */
+/* A socket of this rank's that q closed before this rank's HELLO went,
+   with frames queued: a rank holding TCP_MAX_UNAUTH sockets in their
+   handshake closes one that said nothing, and this rank's HELLO leaves
+   only at its next progress pass, so a rank that sent and then computed
+   may be taken for a stranger. Nothing crossed that socket yet, so it is
+   dialled again (the same index, queue and sequence), up to TCP_REDIALS
+   times within the timeout since the first such close. A close after the
+   HELLO (a refusal), a refused connect, a goodbye or a published failure
+   end it as before. */
 static int may_redial(const braid_comm *c, const tcp_state *s, const tcp_conn *k, int err) {
-  if (err && err != ECONNRESET && err != EPIPE) return 0;
-  if (s->peers[k->peer].bye || atomic_load(&c->failed)) return 0;
+  if (k->state != C_CONNECTING || !k->qhead || (err && err != ECONNRESET)) return 0;
+  if (s->peers[k->peer].bye || atomic_load(&c->failed) || k->redials >= TCP_REDIALS) return 0;
   return !k->redialed || c->timeout_s <= 0 || braid__now() - k->redialed < c->timeout_s;
 }
 
@@ -843,6 +863,7 @@ static braid_status redial(braid_comm *c, tcp_state *s, tcp_conn *k) {
   close(k->fd);
   k->fd = fd;
   if (!k->redialed) k->redialed = braid__now();
+  k->redials++;
   k->state = C_CONNECTING;
   k->hs_len = k->hs_done = 0;
   k->rpos = k->rlen = 0;
@@ -869,9 +890,13 @@ braid_status tcp_conn_lost(braid_comm *c, tcp_state *s, tcp_conn *k, int err) {
   int q = k->peer;
   if (k->state == C_CONNECTING || k->state == C_WAIT_ACK) {
     int queued = k->qhead != NULL;
-    if (queued && may_redial(c, s, k, err)) {
-      if (tcp_sweep(c, s)) return (braid_status)atomic_load(&c->failed);
-      return redial(c, s, k);
+    if (may_redial(c, s, k, err)) {
+      /* What the sweep reads may say q left or failed: then no redial. */
+      if (tcp_sweep(c, s)) {
+        tcp_conn_close(s, k);
+        return (braid_status)atomic_load(&c->failed);
+      }
+      if (may_redial(c, s, k, err)) return redial(c, s, k);
     }
     tcp_conn_close(s, k);
     /* Nothing crosses a socket before its handshake ends, and a peer that

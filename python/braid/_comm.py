@@ -491,8 +491,8 @@ class Communicator:
         h = self._handle(call)
         dest, tag = _c_int(dest, call, "dest", self._note()), _c_u32(tag, call, "tag", self._note())
         b = self._buf(buf, False, call, "buf", dtype)
-        self._hold(b)
         self._check(self._lib.braid_send(h, b.addr, b.count(b.dtype), int(b.dtype), dest, tag), h, call)
+        self._hold(b)  # after the post: a sync that began before it must not release it
 
     @_in_call
     def recv(self, buf, src, tag=0, dtype=None):
@@ -504,8 +504,8 @@ class Communicator:
         h = self._handle(call)
         src, tag = _c_int(src, call, "src", self._note()), _c_u32(tag, call, "tag", self._note())
         b = self._buf(buf, True, call, "buf", dtype)
-        self._hold(b)
         self._check(self._lib.braid_recv(h, b.addr, b.count(b.dtype), int(b.dtype), src, tag), h, call)
+        self._hold(b)  # as in send
 
     @_in_call
     def sync(self):

@@ -480,3 +480,39 @@ def test_braid_memory_outlives_atexit_handlers(tmp_path):
     r = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, "exit status %d: %s" % (r.returncode, r.stderr[-2000:])
     assert "sum %s" % float(1 << 20) in r.stdout
+
+
+def test_sync_between_hold_and_post(private):
+    # Another thread's sync that runs while a send is on its way into the
+    # library (before its post) does not complete it, so it must not let go
+    # of its buffer either.
+    import gc
+    import weakref
+
+    refs = []
+    real = private._lib
+
+    class Lib:
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def braid_send(self, *args):
+            private.sync()  # the other thread's, just before this post
+            return real.braid_send(*args)
+
+    def send_temporary():
+        a = np.arange(5.0) * 3
+        refs.append(weakref.ref(a))
+        private.send(a, dest=0, tag=12)
+
+    private._lib = Lib()
+    try:
+        send_temporary()
+    finally:
+        private._lib = real
+    gc.collect()
+    assert refs[0]() is not None, "a pending send's buffer was let go by a sync that began before its post"
+    got = np.zeros(5)
+    private.recv(got, src=0, tag=12)
+    private.sync()
+    assert np.array_equal(got, np.arange(5.0) * 3)

@@ -472,7 +472,8 @@ typedef struct control {
 #define BEAT_S 1.0
 #define NODE_LOST_S 10.0
 
-/* what ("beat" or "fin") of this node, counted up; node 0 keeps none. */
+/* what ("beat" or "fin") of this node, counted up (a failure shows as
+   silence); node 0 keeps none. */
 static void node_says(control *cc, const char *what) {
   if (!cc->st || cc->node == 0) return;
   char key[32];
@@ -722,13 +723,15 @@ int main(int argc, char **argv) {
       return 1;
     }
     free(cur);
+    /* The first beat before the count: node 0 never waits for a node it
+       has not heard from. */
+    node_says(&cc, "beat");
     int64_t joined;
     if (braid__store_add(cc.st, "joined", 1, &joined) != BRAID_OK) {
       msg("could not join the job at %s: %s", store_addr, braid__store_error(cc.st));
       if (server) braid__store_server_stop(server);
       return 1;
     }
-    node_says(&cc, "beat");
   }
 
   /* Start the ranks. */
@@ -779,6 +782,9 @@ int main(int argc, char **argv) {
   /* Supervise. */
   double drain_until = INFINITY;
   for (;;) {
+    /* A reaped rank's group is signalled only while something is in it:
+       an empty group's number may go to another process. */
+    (void)groups_alive();
     /* Reap. */
     for (int i = 0; i < nranks; i++) {
       rank_proc *rp = &ranks[i];
@@ -898,7 +904,10 @@ int main(int argc, char **argv) {
      gets the rest of the grace period, then SIGKILL. */
   if (stopping || forwarded) {
     const double until = isfinite(kill_at) ? kill_at : braid__now() + o.grace;
-    while (groups_alive() && braid__now() < until) braid__sleep(0.05);
+    while (groups_alive() && braid__now() < until && !pending[SIGINT] && !pending[SIGTERM]) {
+      if (cc.st && braid__now() >= cc.next_beat) node_says(&cc, "beat");
+      braid__sleep(0.05);
+    }
     if (groups_alive()) signal_all(SIGKILL);
   }
   int code = timed_out ? 124 : exit_code >= 0 ? exit_code : forwarded ? 128 + forwarded : 0;

@@ -218,6 +218,11 @@ braid_status braid__coll_run(braid_comm *c, const braid__coll_args *a) {
     c->deferred = BRAID_OK;
     return braid__fail(c, st, "%s", c->deferred_msg);
   }
+  /* Resources, the OS or the library below failed inside the collective:
+     the other ranks wait for this one, so the communicator fails and they
+     are told (API.md). */
+  if ((st == BRAID_ERR_NO_MEMORY || st == BRAID_ERR_SYSTEM || st == BRAID_ERR_BACKEND) && !atomic_load(&c->failed))
+    braid__fail_promote(c, st);
   return st;
 }
 

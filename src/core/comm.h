@@ -302,6 +302,8 @@ braid_status braid__fail_relayed(braid_comm *c, braid_status st, const char *msg
 /* Fails c with another communicator's failure (text: its sentence without
    the rank), quietly: a composed backend's part, when the whole fails. */
 void braid__fail_as(braid_comm *c, braid_status st, const char *text);
+/* Fails c with st and the sentence its last error already holds. */
+void braid__fail_promote(braid_comm *c, braid_status st);
 
 /* braid__fail(NULL, ...) for calls that have no communicator, naming the
    caller after the sentence: " (rank R)" from BRAID_RANK, else " (pid P)"

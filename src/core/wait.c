@@ -396,7 +396,10 @@ static braid_status checks(braid_comm *c, braid__waiter *w, int peer, const char
   char desc[192];
   braid_status st;
   if (braid__aborted(c)) {
-    st = braid__fail(c, BRAID_ERR_ABORTED, "aborted while waiting for rank %d: %s", braid__label(c, peer), WHAT);
+    if (peer < 0) /* a backend's collective that cannot tell which rank it waits for */
+      st = braid__fail(c, BRAID_ERR_ABORTED, "aborted while waiting for %s", WHAT);
+    else
+      st = braid__fail(c, BRAID_ERR_ABORTED, "aborted while waiting for rank %d: %s", braid__label(c, peer), WHAT);
     return fail_published(c, st);
   }
   int failed = atomic_load(&c->failed);

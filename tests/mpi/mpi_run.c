@@ -300,7 +300,7 @@ static int mode_mismatch(void) {
   if (st == BRAID_OK) st = braid_sync(c);
   if (n > 1) {
     BT_CHECK(st == BRAID_ERR_MISMATCH, "all-to-allv counts gave %s", braid_status_string(st));
-    BT_CHECK_MSG(c, "rank 1 sends rank 0");
+    BT_CHECK_MSG(c, "rank 1 sends 2 elements of f32 to rank 0 where rank 0 expects 3 from it");
   } else {
     BT_CHECK_OK(st, c);
   }
@@ -747,6 +747,29 @@ static int mode_agree(void) {
   return 0;
 }
 
+/* An error MPI itself finds (BRAID_CHECK=0, native route: a broadcast
+   whose ranks disagree on the size) comes back as braid's sentence with
+   MPI's own error, fails the communicator, and reaches the other ranks at
+   their next call; it never aborts the job, also where braid initialized
+   MPI (whose MPI_COMM_WORLD handler would be fatal). */
+static int mode_mpierr(void) {
+  braid_comm *c;
+  if (open_comm(&c, 20, NULL)) return 1;
+  int rank = braid_rank(c);
+  char b[128] = {0};
+  braid_status st = braid_broadcast(c, b, rank == 0 ? 100 : 50, BRAID_U8, 0);
+  if (rank != 0) {
+    BT_CHECK(st == BRAID_ERR_BACKEND, "truncated broadcast gave %s: %s", braid_status_string(st), braid_last_error(c));
+    BT_CHECK_MSG(c, "braid_broadcast: MPI_Ibcast failed: MPI_ERR_TRUNCATE");
+  }
+  float f[4] = {0};
+  st = braid_all_reduce(c, f, 4, BRAID_F32, BRAID_SUM);
+  BT_CHECK(st != BRAID_OK, "rank %d: the all-reduce after the failure succeeded", rank);
+  if (rank == 0) BT_CHECK_MSG(c, "rank 1 failed");
+  braid_destroy(c);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "matrix";
   int app = argc > 2 && !strcmp(argv[2], "app");
@@ -768,6 +791,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(mode, "startfail")) rc = mode_startfail();
   else if (!strcmp(mode, "agree")) rc = mode_agree();
   else if (!strcmp(mode, "claim")) rc = mode_claim();
+  else if (!strcmp(mode, "mpierr")) rc = mode_mpierr();
   else {
     fprintf(stderr, "mpi_run: unknown mode %s\n", mode);
     rc = 2;

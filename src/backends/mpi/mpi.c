@@ -55,7 +55,20 @@
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wstringop-overflow"
 #endif
-static int test_all(int n, MPI_Request *rq, int *flag) { return MPI_Testall(n, rq, flag, MPI_STATUSES_IGNORE); }
+/* MPI_Testall, with the failed request's own error where MPI says only
+   MPI_ERR_IN_STATUS (that error is what braid's sentence must name). */
+static int test_all(int n, MPI_Request *rq, int *flag) {
+  MPI_Status few[8], *st = n <= 8 ? few : malloc(sizeof *st * (size_t)n);
+  int rc = MPI_Testall(n, rq, flag, st ? st : MPI_STATUSES_IGNORE);
+  if (rc == MPI_ERR_IN_STATUS && st)
+    for (int i = 0; i < n; i++)
+      if (st[i].MPI_ERROR != MPI_SUCCESS && st[i].MPI_ERROR != MPI_ERR_PENDING) {
+        rc = st[i].MPI_ERROR;
+        break;
+      }
+  if (st != few) free(st);
+  return rc;
+}
 static int test_some(int n, MPI_Request *rq, int *done, int *idx) {
   return MPI_Testsome(n, rq, done, idx, MPI_STATUSES_IGNORE);
 }
@@ -154,7 +167,7 @@ typedef struct mpi_state {
   size_t max_count;
   int coll;       /* BRAID_MPI_COLL: COLL_* */
   uint32_t *chk;  /* the call check's reduction: in and out */
-  uint64_t *chk64; /* all-to-allv's count check: in and out */
+  uint64_t *chk64; /* all-to-allv's count check: in and out, then the pair's counts in and out */
   int abandoned;  /* MPI still holds an operation (a failed collective, an unfinished send, a
                      failure notice): its buffers and the MPI communicator stay allocated */
 } mpi_state;
@@ -246,6 +259,9 @@ static braid_status ensure_mpi(braid_comm *c, int *provided) {
     int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, provided);
     if (rc) return mpi_fail(c, "MPI_Init_thread", rc);
     g_we_initialized = 1;
+    /* MPI is braid's alone: errors that MPI raises on MPI_COMM_WORLD (a
+       test of several requests does) come back as codes, not an abort. */
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     atexit(finalize_at_exit);
   } else {
     MPI_Query_thread(provided);
@@ -409,7 +425,7 @@ static braid_status state_new(braid_comm *c, MPI_Comm base, int provided) {
     for (int q = 0; q < c->size; q++) s->hdr_req[q] = MPI_REQUEST_NULL;
   s->idx = malloc(sizeof(int) * (size_t)c->size);
   s->chk = malloc(4 * sizeof(uint32_t));
-  s->chk64 = malloc(2 * sizeof(uint64_t));
+  s->chk64 = malloc(4 * sizeof(uint64_t));
   s->big_sent = calloc(2 * (size_t)c->size, sizeof(uint64_t));
   s->dfr_head = calloc(2 * (size_t)c->size, sizeof(mpi_umsg *));
   if (s->big_sent) s->big_seen = s->big_sent + c->size;
@@ -904,7 +920,10 @@ static void mpi_destroy(braid_comm *c, double timeout_s) {
   double deadline = braid__now() + timeout_s;
   /* Headers that arrived go through the matcher once more: the large
      payloads nobody will take are received (mpi_release_umsg), so that
-     their senders' sends complete. */
+     their senders' sends complete. A large send of this rank's gets as
+     long again for a late receive to claim it (test mpi_claim_2): MPI reads
+     its buffer until then, and braid_destroy takes at most twice the
+     destroy timeout (API.md). */
   int look = !atomic_load(&c->failed);
   LOCK();
   while ((look || s->active || s->sinks) && braid__now() < deadline) {
@@ -1433,18 +1452,35 @@ static braid_status mpi_all_to_allv(braid_comm *c, const void *send, const size_
     if (told[n + q] != recv_counts[q] && !bad[0]) {
       bad[0] = (uint64_t)(q + 1) << 32 | (uint32_t)c->rank;
     }
-  free(told);
   LOCK();
   rc = MPI_Iallreduce(bad, worst, 1, MPI_UINT64_T, MPI_MAX, s->comm, &rq);
   UNLOCK();
-  if (rc) return mpi_fail(c, "MPI_Iallreduce", rc);
-  if ((st = wait_mpi(c, &rq, 1, "the other ranks' count check"))) return st;
-  if (worst[0]) {
-    int from = (int)(worst[0] >> 32) - 1, to = (int)(uint32_t)worst[0];
-    return braid__fail_comm(c, BRAID_ERR_MISMATCH,
-                            "rank %d and rank %d disagree on how many elements rank %d sends rank %d",
-                            braid__label(c, from), braid__label(c, to), braid__label(c, from), braid__label(c, to));
+  if (rc) {
+    free(told);
+    return mpi_fail(c, "MPI_Iallreduce", rc);
   }
+  if ((st = wait_mpi(c, &rq, 1, "the other ranks' count check"))) {
+    free(told);
+    return st;
+  }
+  if (worst[0]) {
+    /* The receiving rank of the pair tells every rank both counts. */
+    int from = (int)(worst[0] >> 32) - 1, to = (int)(uint32_t)worst[0];
+    uint64_t *pair = s->chk64 + 2;
+    pair[0] = c->rank == to ? told[n + from] : 0;
+    pair[1] = c->rank == to ? recv_counts[from] : 0;
+    free(told);
+    LOCK();
+    rc = MPI_Iallreduce(MPI_IN_PLACE, pair, 2, MPI_UINT64_T, MPI_MAX, s->comm, &rq);
+    UNLOCK();
+    if (rc) return mpi_fail(c, "MPI_Iallreduce", rc);
+    if ((st = wait_mpi(c, &rq, 1, "the other ranks' count check"))) return st;
+    return braid__fail_comm(c, BRAID_ERR_MISMATCH,
+                            "rank %d sends %llu elements of %s to rank %d where rank %d expects %llu from it",
+                            braid__label(c, from), (unsigned long long)pair[0], braid_dtype_name(dt),
+                            braid__label(c, to), braid__label(c, to), (unsigned long long)pair[1]);
+  }
+  free(told);
   /* In place (send == recv): blocks are read from a copy. */
   if (send == recv) {
     size_t end = 0;

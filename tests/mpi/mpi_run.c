@@ -288,6 +288,29 @@ static int mode_mismatch(void) {
     BT_CHECK_MSG(c, "8 x f32");
   }
   BT_CHECK_OK(braid_destroy(c), NULL);
+  /* Counts that differ only in size: under auto rank 0's small call takes
+     braid's route and the others' large one MPI's (from 3 ranks), where
+     neither sees the other's messages; still a mismatch on every rank,
+     found by the slow wait's exchange of calls, long before the timeout. */
+  if (open_comm(&c, 60, NULL)) return 1;
+  {
+    enum { FEW = 1000, MANY = 10000 };
+    float *v = calloc(MANY, sizeof *v);
+    BT_CHECK(v != NULL, "out of memory");
+    double t0 = now_s();
+    st = braid_all_reduce(c, v, rank == 0 ? FEW : MANY, BRAID_F32, BRAID_SUM);
+    if (n > 1) {
+      BT_CHECK(st == BRAID_ERR_MISMATCH, "sizes on two routes gave %s: %s", braid_status_string(st),
+               braid_last_error(c));
+      BT_CHECK_MSG(c, "1000 x f32");
+      BT_CHECK_MSG(c, "10000 x f32");
+      BT_CHECK(now_s() - t0 < 10, "the mismatch took %.1f s", now_s() - t0);
+    } else {
+      BT_CHECK_OK(st, c);
+    }
+    free(v);
+  }
+  BT_CHECK_OK(braid_destroy(c), NULL);
   /* All-to-allv counts two ranks disagree on. */
   if (open_comm(&c, 60, NULL)) return 1;
   size_t *sc = calloc((size_t)n, sizeof(size_t)), *sd = calloc((size_t)n, sizeof(size_t));

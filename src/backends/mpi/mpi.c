@@ -76,7 +76,7 @@ static int test_some(int n, MPI_Request *rq, int *done, int *idx) {
 #pragma GCC diagnostic pop
 #endif
 
-enum { TAG_HDR = 1, TAG_DATA = 2, TAG_FAIL = 3, TAG_SPLIT = 4, TAG_A2AV = 5 };
+enum { TAG_HDR = 1, TAG_DATA = 2, TAG_FAIL = 3, TAG_SPLIT = 4, TAG_A2AV = 5, TAG_POS = 6 };
 /* A payload past EAGER_MAX travels on a tag of its own, the next of NBIG
    from TAG_BIG0 for each such message between an ordered pair (both sides
    count them in header order). So its receive can wait until braid's
@@ -117,6 +117,13 @@ typedef struct fail_msg {
   int32_t status, origin;
   char text[BRAID_ERRLEN];
 } fail_msg;
+
+/* Where a rank whose collective waits long stands (mpi_check_peers). */
+typedef struct pos_msg {
+  uint64_t seq;
+  braid__desc desc;
+} pos_msg;
+#define POS_AFTER_S 1.0 /* a collective's wait this long tells the other ranks its call */
 
 /* A request: sends keep their header; payload pieces are MPI requests. */
 typedef struct mpi_req {
@@ -170,6 +177,14 @@ typedef struct mpi_state {
   uint64_t *chk64; /* all-to-allv's count check: in and out, then the pair's counts in and out */
   int abandoned;  /* MPI still holds an operation (a failed collective, an unfinished send, a
                      failure notice): its buffers and the MPI communicator stay allocated */
+  /* The call check across routes: ranks whose calls differ only in size
+     may take different routes, where neither sees the other's messages. */
+  pos_msg pos_out;
+  MPI_Request *pos_req; /* this rank's position, one per peer */
+  int npos_req;
+  pos_msg *pos_in;      /* the latest position each peer sent */
+  uint64_t pos_seq;     /* the collective whose slow wait began at pos_t0 */
+  double pos_t0;
 } mpi_state;
 
 static mpi_state *state(braid_comm *c) { return c->be; }
@@ -426,11 +441,14 @@ static braid_status state_new(braid_comm *c, MPI_Comm base, int provided) {
   s->idx = malloc(sizeof(int) * (size_t)c->size);
   s->chk = malloc(4 * sizeof(uint32_t));
   s->chk64 = malloc(4 * sizeof(uint64_t));
+  s->pos_req = malloc(sizeof(MPI_Request) * (size_t)c->size);
+  s->pos_in = calloc((size_t)c->size, sizeof(pos_msg));
   s->big_sent = calloc(2 * (size_t)c->size, sizeof(uint64_t));
   s->dfr_head = calloc(2 * (size_t)c->size, sizeof(mpi_umsg *));
   if (s->big_sent) s->big_seen = s->big_sent + c->size;
   if (s->dfr_head) s->dfr_tail = s->dfr_head + c->size;
-  if (!s->hdr_buf || !s->hdr_req || !s->idx || !s->chk || !s->chk64 || !s->big_sent || !s->dfr_head)
+  if (!s->hdr_buf || !s->hdr_req || !s->idx || !s->chk || !s->chk64 || !s->big_sent || !s->dfr_head || !s->pos_req ||
+      !s->pos_in)
     return braid__fail(c, BRAID_ERR_NO_MEMORY, "out of memory for %d peers' header buffers", c->size);
   for (int q = 0; q < c->size; q++) {
     st = post_hdr(c, q);
@@ -868,10 +886,55 @@ static void mpi_sleep(braid_comm *c, double slice_s) {
 
 static void mpi_disarm(braid_comm *c) { (void)c; }
 
+/* The positions sent for an earlier collective: complete (tiny, eager), so
+   their requests go before the next collective may send. */
+static void pos_reap(mpi_state *s) {
+  if (s->npos_req <= 0) return;
+  int flag = 0;
+  test_all(s->npos_req, s->pos_req, &flag);
+  if (flag) s->npos_req = 0;
+}
+
+/* MPI reports lost peers as errors of the calls, or the launcher ends the
+   job. What a slow wait checks here is the call: under BRAID_MPI_COLL=auto
+   ranks whose calls differ only in size may take different routes, and
+   where braid's route receives first nothing reaches the ranks in MPI's
+   call check. So a collective's wait that lasts POS_AFTER_S sends its
+   call to every peer on TAG_POS (once), and every slow wait reads what
+   arrived: a peer at this collective with another call is a mismatch. */
 static braid_status mpi_check_peers(braid_comm *c, int peer, const char *what) {
-  (void)c, (void)peer, (void)what; /* MPI reports lost peers as errors of the calls, or the launcher ends the job */
+  (void)peer, (void)what;
+  mpi_state *s = state(c);
+  if (!c->check || c->desc.kind == BRAID__COLL_NONE || c->size < 2) return BRAID_OK;
+  const double now = braid__now();
+  LOCK();
+  if (s->pos_seq != c->seq) {
+    s->pos_seq = c->seq;
+    s->pos_t0 = now;
+    pos_reap(s);
+  }
+  if (!s->npos_req && now - s->pos_t0 >= POS_AFTER_S && s->pos_req && s->pos_in) {
+    s->pos_out.seq = c->seq;
+    s->pos_out.desc = c->desc;
+    for (int q = 0; q < c->size; q++)
+      if (q != c->rank && MPI_Isend(&s->pos_out, (int)sizeof s->pos_out, MPI_BYTE, q, TAG_POS, s->comm,
+                                    &s->pos_req[s->npos_req]) == MPI_SUCCESS)
+        s->npos_req++;
+  }
+  for (int flag = 1; flag && s->pos_in;) {
+    MPI_Status ms;
+    MPI_Iprobe(MPI_ANY_SOURCE, TAG_POS, s->comm, &flag, &ms);
+    if (flag)
+      MPI_Recv(&s->pos_in[ms.MPI_SOURCE], (int)sizeof(pos_msg), MPI_BYTE, ms.MPI_SOURCE, TAG_POS, s->comm,
+               MPI_STATUS_IGNORE);
+  }
+  UNLOCK();
+  for (int q = 0; q < c->size && s->pos_in; q++)
+    if (q != c->rank && s->pos_in[q].seq == c->seq && !braid__desc_equal(&s->pos_in[q].desc, &c->desc))
+      return braid__coll_mismatch_at(c, q, &s->pos_in[q].desc, c->seq);
   return BRAID_OK;
 }
+
 
 static int mpi_remote_failure(braid_comm *c, braid_status *st, int *origin, char *text, size_t len) {
   mpi_state *s = state(c);
@@ -979,17 +1042,24 @@ static void mpi_destroy(braid_comm *c, double timeout_s) {
         MPI_Wait(&s->hdr_req[q], MPI_STATUS_IGNORE);
       }
   for (int i = 0; i < s->nfail_req; i++) MPI_Request_free(&s->fail_req[i]);
+  if (s->npos_req > 0) {
+    int flag = 0;
+    test_all(s->npos_req, s->pos_req, &flag);
+    if (!flag) s->abandoned = 1; /* a position still going out reads pos_out */
+    for (int i = 0; !flag && i < s->npos_req; i++) MPI_Request_free(&s->pos_req[i]);
+  }
   if (s->comm != MPI_COMM_NULL) {
-    /* Failure notices nobody read. */
-    int flag = 1;
-    while (flag) {
-      MPI_Status ms;
-      MPI_Iprobe(MPI_ANY_SOURCE, TAG_FAIL, s->comm, &flag, &ms);
-      if (flag) {
-        fail_msg m;
-        MPI_Recv(&m, (int)sizeof m, MPI_BYTE, ms.MPI_SOURCE, TAG_FAIL, s->comm, MPI_STATUS_IGNORE);
+    /* Failure notices and positions nobody read. */
+    static const int tags[] = {TAG_FAIL, TAG_POS};
+    for (int t = 0; t < 2; t++)
+      for (int flag = 1; flag;) {
+        MPI_Status ms;
+        MPI_Iprobe(MPI_ANY_SOURCE, tags[t], s->comm, &flag, &ms);
+        if (flag) {
+          fail_msg m; /* a position is smaller */
+          MPI_Recv(&m, (int)sizeof m, MPI_BYTE, ms.MPI_SOURCE, tags[t], s->comm, MPI_STATUS_IGNORE);
+        }
       }
-    }
     if (!s->abandoned) MPI_Comm_free(&s->comm);
   }
   UNLOCK();
@@ -1005,6 +1075,8 @@ static void mpi_destroy(braid_comm *c, double timeout_s) {
   }
   free(s->chk);
   free(s->chk64);
+  free(s->pos_req);
+  free(s->pos_in);
   free(s->fail_req);
   free(s->hdr_buf);
   free(s->hdr_req);

@@ -83,18 +83,21 @@ void braid__fail_as(braid_comm *c, braid_status st, const char *text) {
   pthread_mutex_unlock(&c->err_lock);
 }
 
+size_t braid__rankless_len(const braid_comm *c, const char *msg) {
+  char tail[32];
+  int tl = snprintf(tail, sizeof tail, " (rank %d)", braid__label(c, c->rank));
+  size_t n = strlen(msg);
+  if (tl > 0 && n >= (size_t)tl && !strcmp(msg + n - (size_t)tl, tail)) n -= (size_t)tl;
+  return n;
+}
+
 void braid__fail_promote(braid_comm *c, braid_status st) {
-  int expected = 0;
+  char text[BRAID_ERRLEN];
   pthread_mutex_lock(&c->err_lock);
-  if (atomic_compare_exchange_strong(&c->failed, &expected, (int)st)) {
-    snprintf(c->fatal_error, sizeof c->fatal_error, "%s", c->last_error);
-    char tail[32];
-    int tl = snprintf(tail, sizeof tail, " (rank %d)", braid__label(c, c->rank));
-    size_t n = strlen(c->last_error);
-    if (tl > 0 && n >= (size_t)tl && !strcmp(c->last_error + n - (size_t)tl, tail)) n -= (size_t)tl;
-    snprintf(c->fatal_text, sizeof c->fatal_text, "%.*s", (int)n, c->last_error);
-  }
+  snprintf(text, sizeof text, "%s", c->last_error);
   pthread_mutex_unlock(&c->err_lock);
+  text[braid__rankless_len(c, text)] = 0;
+  braid__fail_as(c, st, text);
 }
 
 const char *braid_last_error(const braid_comm *comm) {

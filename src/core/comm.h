@@ -304,6 +304,8 @@ braid_status braid__fail_relayed(braid_comm *c, braid_status st, const char *msg
 void braid__fail_as(braid_comm *c, braid_status st, const char *text);
 /* Fails c with st and the sentence its last error already holds. */
 void braid__fail_promote(braid_comm *c, braid_status st);
+/* msg's length without the " (rank R)" that c's sentences end with. */
+size_t braid__rankless_len(const braid_comm *c, const char *msg);
 
 /* braid__fail(NULL, ...) for calls that have no communicator, naming the
    caller after the sentence: " (rank R)" from BRAID_RANK, else " (pid P)"

@@ -119,10 +119,7 @@ size_t braid__start_sentence(braid_comm *c, char *out, size_t len) {
   char *t = text;
   size_t k = c->call ? strlen(c->call) : 0;
   if (k && !strncmp(t, c->call, k) && t[k] == ':' && t[k + 1] == ' ') t += k + 2;
-  char tail[32];
-  int tl = snprintf(tail, sizeof tail, " (rank %d)", braid__label(c, c->rank));
-  size_t n = strlen(t);
-  if (tl > 0 && n >= (size_t)tl && !strcmp(t + n - (size_t)tl, tail)) t[n - (size_t)tl] = 0;
+  t[braid__rankless_len(c, t)] = 0;
   int w = snprintf(out, len, "%s", t);
   return w > 0 ? (size_t)w : 0;
 }

@@ -55,18 +55,14 @@
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wstringop-overflow"
 #endif
-/* MPI_Testall, with the failed request's own error where MPI says only
-   MPI_ERR_IN_STATUS (that error is what braid's sentence must name). */
-static int test_all(int n, MPI_Request *rq, int *flag) {
-  MPI_Status few[8], *st = n <= 8 ? few : malloc(sizeof *st * (size_t)n);
+static int test_all(int n, MPI_Request *rq, int *flag) { return MPI_Testall(n, rq, flag, MPI_STATUSES_IGNORE); }
+/* The same, with the failed request's own error where MPI says only
+   MPI_ERR_IN_STATUS (that error is what braid's sentence must name); st:
+   n statuses, or NULL (then MPI's code as it is). */
+static int test_all_why(int n, MPI_Request *rq, int *flag, MPI_Status *st) {
   int rc = MPI_Testall(n, rq, flag, st ? st : MPI_STATUSES_IGNORE);
-  if (rc == MPI_ERR_IN_STATUS && st)
-    for (int i = 0; i < n; i++)
-      if (st[i].MPI_ERROR != MPI_SUCCESS && st[i].MPI_ERROR != MPI_ERR_PENDING) {
-        rc = st[i].MPI_ERROR;
-        break;
-      }
-  if (st != few) free(st);
+  for (int i = 0; rc == MPI_ERR_IN_STATUS && st && i < n; i++)
+    if (st[i].MPI_ERROR != MPI_SUCCESS && st[i].MPI_ERROR != MPI_ERR_PENDING) rc = st[i].MPI_ERROR;
   return rc;
 }
 static int test_some(int n, MPI_Request *rq, int *done, int *idx) {
@@ -935,7 +931,6 @@ static braid_status mpi_check_peers(braid_comm *c, int peer, const char *what) {
   return BRAID_OK;
 }
 
-
 static int mpi_remote_failure(braid_comm *c, braid_status *st, int *origin, char *text, size_t len) {
   mpi_state *s = state(c);
   int flag = 0;
@@ -1093,14 +1088,17 @@ static void mpi_destroy(braid_comm *c, double timeout_s) {
 static braid_status wait_mpi(braid_comm *c, MPI_Request *rq, int n, const char *what) {
   braid__waiter w;
   braid__wait_begin(&w);
+  /* Statuses only to name an error: on the stack for the usual few. */
+  MPI_Status few[8], *why = n <= 8 ? few : malloc(sizeof *why * (size_t)n);
   for (;;) {
     int flag = 0;
     LOCK();
-    int rc = test_all(n, rq, &flag);
+    int rc = test_all_why(n, rq, &flag, why);
     UNLOCK();
     if (rc) {
       braid__wait_end(c, &w);
       state(c)->abandoned = 1;
+      if (why != few) free(why);
       return mpi_fail(c, what, rc);
     }
     if (flag) break;
@@ -1109,18 +1107,16 @@ static braid_status wait_mpi(braid_comm *c, MPI_Request *rq, int n, const char *
        being read while a collective waits, pending work of this rank or
        not (the engine progresses only when there is some). */
     braid_status st = mpi_progress(c);
-    if (st) {
-      braid__wait_end(c, &w);
-      state(c)->abandoned = 1;
-      return st;
-    }
-    st = braid__wait_poll(c, &w, -1, what);
+    if (!st) st = braid__wait_poll(c, &w, -1, what);
+    else braid__wait_end(c, &w);
     if (st) {
       state(c)->abandoned = 1;
+      if (why != few) free(why);
       return st;
     }
   }
   braid__wait_end(c, &w);
+  if (why != few) free(why);
   return BRAID_OK;
 }
 

@@ -205,6 +205,13 @@ static void set_options(const tcp_state *s, int fd) {
   braid__sock_set_keepalive(fd, s->ka_idle, s->ka_intvl, s->ka_cnt);
 }
 
+/* k's new socket into the epoll set, watched as its state needs. */
+static int watch_new(tcp_state *s, tcp_conn *k) {
+  k->events = EPOLLIN | EPOLLRDHUP | (k->state == C_CONNECTING ? EPOLLOUT : 0);
+  struct epoll_event ev = {.events = k->events, .data.ptr = k};
+  return epoll_ctl(s->epfd, EPOLL_CTL_ADD, k->fd, &ev);
+}
+
 static tcp_conn *conn_new(tcp_state *s, int fd, int out, int peer, int idx, int state) {
   tcp_conn *k = calloc(1, sizeof *k);
   if (!k) return NULL;
@@ -219,9 +226,7 @@ static tcp_conn *conn_new(tcp_state *s, int fd, int out, int peer, int idx, int 
   k->peer = peer;
   k->idx = idx;
   k->state = state;
-  k->events = EPOLLIN | EPOLLRDHUP | (state == C_CONNECTING ? EPOLLOUT : 0);
-  struct epoll_event ev = {.events = k->events, .data.ptr = k};
-  if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+  if (watch_new(s, k) != 0) {
     free(k->rbuf);
     free(k);
     return NULL;
@@ -869,9 +874,7 @@ static braid_status redial(braid_comm *c, tcp_state *s, tcp_conn *k) {
   k->rpos = k->rlen = 0;
   k->in_body = 0;
   k->seq_in = 0;
-  k->events = EPOLLIN | EPOLLRDHUP | EPOLLOUT;
-  struct epoll_event ev = {.events = k->events, .data.ptr = k};
-  if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+  if (watch_new(s, k) != 0) {
     int e = errno;
     tcp_conn_close(s, k);
     return braid__fail_comm(c, BRAID_ERR_SYSTEM, "could not watch a new socket to rank %d: %s",

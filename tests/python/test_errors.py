@@ -1,10 +1,13 @@
 """Errors: the exception class per braid_status, braid's sentence, fatal
 errors, refused buffers, abort, and the GIL released during calls."""
+import contextlib
+import gc
 import os
 import subprocess
 import sys
 import threading
 import time
+import weakref
 
 import numpy as np
 import pytest
@@ -425,30 +428,39 @@ def test_destroy_while_another_thread_waits(private):
     assert private.closed
 
 
+@contextlib.contextmanager
+def library_call(comm, name, around):
+    """comm's calls of the C function name go through around(fn, *args),
+    fn being the real one: where another thread would act, made certain."""
+    real = comm._lib
+
+    class Lib:
+        def __getattr__(self, attr):
+            return getattr(real, attr)
+
+    lib = Lib()
+    setattr(lib, name, lambda *args: around(getattr(real, name), *args))
+    comm._lib = lib
+    try:
+        yield
+    finally:
+        comm._lib = real
+
+
 def test_sync_keeps_sends_posted_after_it_began(private):
     # Another thread's send posted while sync() runs is not completed by that
     # sync: its buffer stays referenced until a later one.
-    import weakref
-
     refs = []
-    real = private._lib
 
-    class Lib:
-        def __getattr__(self, name):
-            return getattr(real, name)
+    def send_meanwhile(sync, h):
+        st = sync(h)
+        if not refs:  # the other thread's send, between the C call and the release
+            a = np.arange(4.0) + 10
+            refs.append(weakref.ref(a))
+            private.send(a, dest=0, tag=6)
+        return st
 
-        def braid_sync(self, h):
-            st = real.braid_sync(h)
-            if not refs:  # the other thread's send, between the C call and the release
-                a = np.arange(4.0) + 10
-                refs.append(weakref.ref(a))
-                private.send(a, dest=0, tag=6)
-            return st
-
-    import gc
-
-    private._lib = Lib()
-    try:
+    with library_call(private, "braid_sync", send_meanwhile):
         private.sync()
         gc.collect()
         assert refs and refs[0]() is not None, "the later send's buffer was released by the earlier sync"
@@ -456,8 +468,6 @@ def test_sync_keeps_sends_posted_after_it_began(private):
         private.recv(got, src=0, tag=6)
         private.sync()
         assert np.array_equal(got, np.arange(4.0) + 10)
-    finally:
-        private._lib = real
     gc.collect()
     assert refs[0]() is None, "the buffer stayed referenced after the sync that completed its send"
 
@@ -486,30 +496,19 @@ def test_sync_between_hold_and_post(private):
     # Another thread's sync that runs while a send is on its way into the
     # library (before its post) does not complete it, so it must not let go
     # of its buffer either.
-    import gc
-    import weakref
-
     refs = []
-    real = private._lib
 
-    class Lib:
-        def __getattr__(self, name):
-            return getattr(real, name)
-
-        def braid_send(self, *args):
-            private.sync()  # the other thread's, just before this post
-            return real.braid_send(*args)
+    def sync_first(send, *args):
+        private.sync()  # the other thread's, just before this post
+        return send(*args)
 
     def send_temporary():
         a = np.arange(5.0) * 3
         refs.append(weakref.ref(a))
         private.send(a, dest=0, tag=12)
 
-    private._lib = Lib()
-    try:
+    with library_call(private, "braid_send", sync_first):
         send_temporary()
-    finally:
-        private._lib = real
     gc.collect()
     assert refs[0]() is not None, "a pending send's buffer was let go by a sync that began before its post"
     got = np.zeros(5)

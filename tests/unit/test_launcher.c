@@ -350,12 +350,21 @@ static int test_single_node_rendezvous(void) {
   return 0;
 }
 
-static int test_two_nodes(void) {
-  char master[64];
+/* A multi-node job on this host: a free port for node 0's store, and the
+   token every node shares. */
+#define JOB_TOKEN "BRAID_TOKEN=00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"
+
+static int new_master(char *master, size_t len) {
   int port = bt_free_port();
   BT_CHECK(port > 0, "port");
-  snprintf(master, sizeof master, "127.0.0.1:%d", port);
-  const char *env[] = {"BRAID_TOKEN=00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff", NULL};
+  snprintf(master, len, "127.0.0.1:%d", port);
+  return 0;
+}
+
+static int test_two_nodes(void) {
+  char master[64];
+  if (new_master(master, sizeof master)) return 1;
+  const char *env[] = {JOB_TOKEN, NULL};
   const char *a0[] = {braidrun, "--nnodes", "2", "--node-rank", "0", "--master", master, "-n", "2", "--tag-output",
                       prog, "boot", NULL};
   const char *a1[] = {braidrun, "--nnodes", "2", "--node-rank", "1", "--master", master, "-n", "2", "--tag-output",
@@ -372,8 +381,7 @@ static int test_two_nodes(void) {
   for (int r = 2; r < 4; r++) CHECK_HAS(p1.out, "[%d] rank %d of 4 joined (local %d of 2)", r, r, r - 2);
 
   /* A failure on node 1 stops node 0's ranks too. */
-  port = bt_free_port();
-  snprintf(master, sizeof master, "127.0.0.1:%d", port);
+  if (new_master(master, sizeof master)) return 1;
   const char *b0[] = {braidrun, "--nnodes", "2", "--node-rank", "0", "--master", master, "-n", "1", prog, "trap",
                       NULL};
   const char *b1[] = {braidrun, "--nnodes", "2", "--node-rank", "1", "--master", master, "-n", "1", prog, "exit",
@@ -397,10 +405,8 @@ static int test_two_nodes(void) {
    for a node that can no longer finish. */
 static int test_node_lost(void) {
   char master[64];
-  int port = bt_free_port();
-  BT_CHECK(port > 0, "port");
-  snprintf(master, sizeof master, "127.0.0.1:%d", port);
-  const char *env[] = {"BRAID_TOKEN=00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff", NULL};
+  if (new_master(master, sizeof master)) return 1;
+  const char *env[] = {JOB_TOKEN, NULL};
   const char *a0[] = {braidrun, "--nnodes", "2", "--node-rank", "0", "--master", master, "-n", "1", prog, "sleep",
                       "2", NULL}; /* still running when node 1 joins */
   const char *a1[] = {braidrun, "--nnodes", "2", "--node-rank", "1", "--master", master, "-n", "1", prog, "trap",
@@ -424,9 +430,8 @@ static int test_node_lost(void) {
 
 static int test_token_mismatch(void) {
   char master[64];
-  snprintf(master, sizeof master, "127.0.0.1:%d", bt_free_port());
-  const char *e0[] = {"BRAID_TOKEN=00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff",
-                      "BRAID_INIT_TIMEOUT=2", NULL};
+  if (new_master(master, sizeof master)) return 1;
+  const char *e0[] = {JOB_TOKEN, "BRAID_INIT_TIMEOUT=2", NULL};
   const char *e1[] = {"BRAID_TOKEN=ffeeddccbbaa99887766554433221100ffeeddccbbaa99887766554433221100",
                       "BRAID_INIT_TIMEOUT=2", NULL};
   const char *a0[] = {braidrun, "--nnodes", "2", "--node-rank", "0", "--master", master, "-n", "1", prog, "boot",

@@ -95,8 +95,22 @@ static int body(braid_comm *c, int rank, int n, void *arg) {
   size_t most = m->normal.count > m->odd.count ? m->normal.count : m->odd.count;
   void *buf = calloc(most * (size_t)(n + 2), 8);
   BT_CHECK(buf != NULL, "out of memory");
-  /* A matching collective first: the mismatch is not the first call. */
-  BT_CHECK_OK(braid_all_reduce(c, buf, 4, BRAID_F32, BRAID_SUM), c);
+  /* A matching collective first: the mismatch is not the first call. A rank
+     still in it when another rank finds the mismatch in the next call may
+     get the error there (the communicator fails on every rank); then the
+     sentence must name the later call. */
+  braid_status st0 = braid_all_reduce(c, buf, 4, BRAID_F32, BRAID_SUM);
+  if (st0 != BRAID_OK) {
+    BT_CHECK(st0 == BRAID_ERR_MISMATCH, "%s: rank %d's matching all-reduce got %s: %s", m->name, rank,
+             braid_status_string(st0), braid_last_error(c));
+    const char *msg = braid_last_error(c);
+    BT_CHECK(strstr(msg, " #1: ") == NULL && strstr(msg, " #") != NULL,
+             "%s: rank %d's matching all-reduce failed, but not with a later call's sentence: %s", m->name, rank, msg);
+    BT_CHECK_ST(braid_all_reduce(c, buf, 4, BRAID_F32, BRAID_SUM), BRAID_ERR_MISMATCH, c);
+    BT_CHECK_MSG(c, "communicator failed earlier");
+    free(buf);
+    return 0;
+  }
   const call *mine = rank == m->odd_rank ? &m->odd : &m->normal;
   double t0 = now_s();
   braid_status st = mine->kind == K_SKIP ? BRAID_OK : issue(c, n, mine, buf);

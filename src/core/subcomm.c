@@ -242,8 +242,10 @@ void braid__comm_release_locked(braid_comm *c, double timeout_s) {
   if (atomic_load(&c->failed)) timeout_s = 0;
   braid__live_remove(c);
   /* A rank that made no call since another rank failed still leaves its
-     flight recorder behind (braid-trace wants every rank's). */
-  if (c->be && !atomic_load(&c->failed)) braid__poll_remote_failure(c, 0);
+     flight recorder behind (braid-trace wants every rank's). The store is
+     asked too: a failing rank writes there before it tells its peers, and
+     its message through the backend may still be on its way. */
+  if (c->be && !atomic_load(&c->failed)) braid__poll_remote_failure(c, c->size > 1);
   if (c->be) {
     drain(c, timeout_s);
     /* Completed user operations go now; the rest belong to the backend or

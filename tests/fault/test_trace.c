@@ -81,6 +81,45 @@ static int test_dump_and_read(void) {
   return 0;
 }
 
+/* Rank 1 aborts before any rank made a call (on tcp no socket is open yet,
+   so its notice must first connect); the others leave at once after it
+   returned. Each still leaves its dump behind: a failing rank writes to
+   the store before it tells its peers, and destroy reads it there. */
+static int body_abort_then_leave(braid_comm *c, int rank, int n, void *arg) {
+  (void)n;
+  _Atomic int *aborted = arg;
+  if (rank == 1) {
+    BT_CHECK_OK(braid_abort(c), c);
+    atomic_store(aborted, 1);
+    return 0;
+  }
+  BT_CHECK(bt_await(aborted, 1, 60), "rank 1 never aborted");
+  return 0;
+}
+
+static int test_dump_on_leave(void) {
+  char env_file[300];
+  snprintf(env_file, sizeof env_file, "BRAID_TRACE_FILE=%s/leave-%%r.jsonl", dir);
+  const char *env[] = {env_file, "BRAID_NODE_ID=n0", NULL};
+  const char *names[8];
+  int maxr[8], nb = bt_backends(names, maxr, 8);
+  for (int b = 0; b < nb; b++) {
+    if (maxr[b] < 3) continue;
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -f %s/leave-*.jsonl", dir);
+    BT_CHECK(system(cmd) == 0, "clean up");
+    bt_run_opts o = {names[b], 3, 60, env, -1};
+    if (bt_run_ranks_counted(&o, body_abort_then_leave, NULL)) return 1;
+    char path[300];
+    for (int r = 0; r < 3; r += 2) {
+      snprintf(path, sizeof path, "%s/leave-%d.jsonl", dir, r);
+      BT_CHECK(file_has(path, "\"reason\":\"peer failed\""), "%s: rank %d left no dump after rank 1 aborted",
+               names[b], r);
+    }
+  }
+  return 0;
+}
+
 /* SIGUSR1 with BRAID_TRACE_SIGNAL=1: each rank dumps at its next call. */
 static int body_signal(braid_comm *c, int rank, int n, void *arg) {
   (void)n, (void)arg;
@@ -178,6 +217,7 @@ int main(int argc, char **argv) {
   snprintf(dir, sizeof dir, "/tmp/braid-trace-test-%d", (int)getpid());
   mkdir(dir, 0700);
   static const bt_case cases[] = {BT_CASE(test_dump_and_read), BT_CASE(test_signal_dump),
+                                  BT_CASE(test_dump_on_leave),
                                   BT_CASE(test_barrier_sync_dump)};
   int rc = bt_main(argc, argv, cases, BT_COUNT(cases));
   char cmd[300];

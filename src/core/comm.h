@@ -123,6 +123,14 @@ struct braid__backend {
      0 when unknown (not there yet, or the backend cannot tell). NULL: the
      core asks the store. */
   int (*peer_desc)(braid_comm *c, int peer, uint64_t seq, braid__desc *out);
+  /* Without peer_desc, a wait that lasts tells the other ranks where this
+     rank stands (c->seq, c->desc), and the check reads where they stand:
+     through the backend's own channel when it has these two (both or
+     neither; reading must be cheap, with no round trip), else through the
+     store. peer_position: 1 with the collective q last told (*at) and its
+     descriptor, 0 when q told nothing yet. */
+  void (*publish_position)(braid_comm *c);
+  int (*peer_position)(braid_comm *c, int q, uint64_t *at, braid__desc *d);
 
   /* Called as every collective starts (c->seq and c->desc set), before
      the native or generic code: where the backend logs calls for

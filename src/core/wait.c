@@ -292,11 +292,19 @@ static braid_status cross_check(braid_comm *c, int peer) {
   return BRAID_OK;
 }
 
-/* Where this rank's position in the collectives is kept in the store
-   ("pos/<rank>": the sequence number it waits in and that call's
-   descriptor), for ranks that cannot read each other's positions through
-   their backend. */
+/* Where this rank's position in the collectives goes, for ranks that
+   cannot read each other's call logs: the backend's channel, else the
+   store ("pos/<rank>": the collective it waits in and that call's
+   descriptor). */
+static int positions_known(const braid_comm *c) {
+  return !c->ops->peer_desc && (c->ops->publish_position || c->boot);
+}
+
 static void publish_position(braid_comm *c) {
+  if (c->ops->publish_position) {
+    c->ops->publish_position(c);
+    return;
+  }
   char key[32], val[96];
   const braid__desc *d = &c->desc;
   snprintf(key, sizeof key, "pos/%d", c->rank);
@@ -309,11 +317,16 @@ static void publish_position(braid_comm *c) {
    and, when has_desc is set, that call's descriptor; 0 when it published
    none; -1 when the store does not answer. */
 static int peer_position(braid_comm *c, int q, uint64_t *at, braid__desc *d, int *has_desc) {
+  *at = 0;
+  *has_desc = 0;
+  if (c->ops->peer_position) {
+    int r = c->ops->peer_position(c, q, at, d);
+    *has_desc = r == 1;
+    return r;
+  }
   char key[32];
   void *v = NULL;
   size_t len = 0;
-  *at = 0;
-  *has_desc = 0;
   snprintf(key, sizeof key, "pos/%d", q);
   int r = braid__boot_peek(c->boot, key, &v, &len, STORE_REPLY_S);
   if (r == 1) {
@@ -335,26 +348,43 @@ static int peer_position(braid_comm *c, int q, uint64_t *at, braid__desc *d, int
 }
 
 /* Whether rank q has entered this rank's current collective: from the
-   backend's call log, else from the position q published in the store; -1
-   when unknown. *at: the collective q is known to be in (0: none). */
+   backend's call log, else from the position q published; -1 when
+   unknown. *at: the collective q is known to be in (0: none). */
 static int entered(braid_comm *c, int q, uint64_t *at) {
   braid__desc d;
   int has;
   *at = 0;
   if (c->ops->peer_desc) return c->ops->peer_desc(c, q, c->seq, &d);
-  if (!c->boot) return -1;
+  if (!positions_known(c)) return -1;
   if (peer_position(c, q, at, &d, &has) < 0) return -1;
   return *at >= c->seq;
 }
 
+/* Whether q waits in this collective with another call. */
+static braid_status position_differs(braid_comm *c, int q) {
+  uint64_t at;
+  braid__desc d;
+  int has;
+  if (peer_position(c, q, &at, &d, &has) == 1 && has && at == c->seq && !braid__desc_equal(&d, &c->desc))
+    return braid__coll_mismatch(c, q, &d);
+  return BRAID_OK;
+}
+
 /* The check without call logs, once this rank's wait has published its
-   position: the awaited rank (else one rank per check, in turn) waits in
-   this collective with another call. Finds what no message shows: ranks
-   waiting for each other's messages because they disagree on a root. */
+   position: another rank waits in this collective with another call.
+   Finds what no message shows: ranks waiting for each other's messages
+   because they disagree on a root, or (mpi) take different routes. */
 static braid_status position_check(braid_comm *c, braid__waiter *w, int peer, double now) {
   if (!c->check || !w->pos_published || c->size < 2 || now < w->probe_next) return BRAID_OK;
-  /* A store round trip each: a rank that waits long for a slow one asks
-     ever more rarely (many ranks may be waiting). */
+  braid_status st;
+  if (c->ops->peer_position) { /* read locally: every rank, every check */
+    for (int q = 0; q < c->size; q++)
+      if (q != c->rank && (st = position_differs(c, q))) return st;
+    return BRAID_OK;
+  }
+  /* A store round trip each: the awaited rank, else one rank per check in
+     turn; a rank that waits long for a slow one asks ever more rarely
+     (many ranks may be waiting). */
   w->probe_gap = w->probe_gap ? w->probe_gap * 2 : LIVE_CHECK_S;
   if (w->probe_gap > POSITION_GAP_MAX_S) w->probe_gap = POSITION_GAP_MAX_S;
   w->probe_next = now + w->probe_gap;
@@ -363,12 +393,7 @@ static braid_status position_check(braid_comm *c, braid__waiter *w, int peer, do
     q = (int)(w->probe++ % (unsigned)c->size);
     if (q == c->rank) q = (q + 1) % c->size;
   }
-  uint64_t at;
-  braid__desc d;
-  int has;
-  if (peer_position(c, q, &at, &d, &has) == 1 && has && at == c->seq && !braid__desc_equal(&d, &c->desc))
-    return braid__coll_mismatch(c, q, &d);
-  return BRAID_OK;
+  return position_differs(c, q);
 }
 
 /* "; not in collective #42: ranks 2, 5 (at #41)" for a timeout inside a
@@ -410,8 +435,8 @@ static braid_status checks(braid_comm *c, braid__waiter *w, int peer, const char
     w->next_live = now + LIVE_CHECK_S;
     /* A wait this long is worth a store round trip: ranks whose backends
        cannot read each other's call logs learn where this one is. */
-    if (!w->pos_published && now - w->start > POSITION_AFTER_S && c->desc.kind != BRAID__COLL_NONE && c->boot &&
-        !c->ops->peer_desc) {
+    if (!w->pos_published && now - w->start > POSITION_AFTER_S && c->desc.kind != BRAID__COLL_NONE &&
+        positions_known(c)) {
       w->pos_published = 1;
       publish_position(c);
     }

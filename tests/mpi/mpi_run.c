@@ -517,6 +517,13 @@ static int mode_timeout(void) {
     BT_CHECK(st == BRAID_ERR_TIMEOUT || st == BRAID_ERR_PEER_LOST, "waiting rank got %s: %s",
              braid_status_string(st), braid_last_error(c));
     BT_CHECK(dt > tmo * 0.9 && dt < tmo + 1.5, "failed after %.2f s with BRAID_TIMEOUT %g", dt, tmo);
+    if (st == BRAID_ERR_TIMEOUT) {
+      /* The ranks that waited told each other where they stand; the
+         late one told nothing, so the sentence names it. */
+      char absent[64];
+      snprintf(absent, sizeof absent, "not in collective #2: rank %d", n - 1);
+      BT_CHECK_MSG(c, absent);
+    }
     /* Point-to-point waits are bounded too. */
   }
   braid_destroy(c);

@@ -114,12 +114,11 @@ typedef struct fail_msg {
   char text[BRAID_ERRLEN];
 } fail_msg;
 
-/* Where a rank whose collective waits long stands (mpi_check_peers). */
+/* Where a rank whose collective waits long stands (mpi_publish_position). */
 typedef struct pos_msg {
   uint64_t seq;
   braid__desc desc;
 } pos_msg;
-#define POS_AFTER_S 1.0 /* a collective's wait this long tells the other ranks its call */
 
 /* A request: sends keep their header; payload pieces are MPI requests. */
 typedef struct mpi_req {
@@ -179,8 +178,6 @@ typedef struct mpi_state {
   MPI_Request *pos_req; /* this rank's position, one per peer */
   int npos_req;
   pos_msg *pos_in;      /* the latest position each peer sent */
-  uint64_t pos_seq;     /* the collective whose slow wait began at pos_t0 */
-  double pos_t0;
 } mpi_state;
 
 static mpi_state *state(braid_comm *c) { return c->be; }
@@ -882,34 +879,28 @@ static void mpi_sleep(braid_comm *c, double slice_s) {
 
 static void mpi_disarm(braid_comm *c) { (void)c; }
 
-/* The positions sent for an earlier collective: complete (tiny, eager), so
-   their requests go before the next collective may send. */
-static void pos_reap(mpi_state *s) {
-  if (s->npos_req <= 0) return;
-  int flag = 0;
-  test_all(s->npos_req, s->pos_req, &flag);
-  if (flag) s->npos_req = 0;
+/* MPI reports lost peers as errors of the calls, or the launcher ends the
+   job: nothing to check here. */
+static braid_status mpi_check_peers(braid_comm *c, int peer, const char *what) {
+  (void)c, (void)peer, (void)what;
+  return BRAID_OK;
 }
 
-/* MPI reports lost peers as errors of the calls, or the launcher ends the
-   job. What a slow wait checks here is the call: under BRAID_MPI_COLL=auto
-   ranks whose calls differ only in size may take different routes, and
-   where braid's route receives first nothing reaches the ranks in MPI's
-   call check. So a collective's wait that lasts POS_AFTER_S sends its
-   call to every peer on TAG_POS (once), and every slow wait reads what
-   arrived: a peer at this collective with another call is a mismatch. */
-static braid_status mpi_check_peers(braid_comm *c, int peer, const char *what) {
-  (void)peer, (void)what;
+/* Positions for the core's call check (under BRAID_MPI_COLL=auto ranks
+   whose calls differ only in size may take different routes, and where
+   braid's route receives first nothing reaches the ranks in MPI's call
+   check): sent to every peer on TAG_POS, at most one set in flight (they
+   are tiny and eager, so an earlier set has normally completed). */
+static void mpi_publish_position(braid_comm *c) {
   mpi_state *s = state(c);
-  if (!c->check || c->desc.kind == BRAID__COLL_NONE || c->size < 2) return BRAID_OK;
-  const double now = braid__now();
+  if (!s || !s->pos_req) return;
   LOCK();
-  if (s->pos_seq != c->seq) {
-    s->pos_seq = c->seq;
-    s->pos_t0 = now;
-    pos_reap(s);
+  if (s->npos_req > 0) {
+    int flag = 0;
+    test_all(s->npos_req, s->pos_req, &flag);
+    if (flag) s->npos_req = 0;
   }
-  if (!s->npos_req && now - s->pos_t0 >= POS_AFTER_S && s->pos_req && s->pos_in) {
+  if (!s->npos_req) {
     s->pos_out.seq = c->seq;
     s->pos_out.desc = c->desc;
     for (int q = 0; q < c->size; q++)
@@ -917,7 +908,15 @@ static braid_status mpi_check_peers(braid_comm *c, int peer, const char *what) {
                                     &s->pos_req[s->npos_req]) == MPI_SUCCESS)
         s->npos_req++;
   }
-  for (int flag = 1; flag && s->pos_in;) {
+  UNLOCK();
+}
+
+/* What arrived is read first; the latest position of each peer is kept. */
+static int mpi_peer_position(braid_comm *c, int q, uint64_t *at, braid__desc *d) {
+  mpi_state *s = state(c);
+  if (!s || !s->pos_in) return 0;
+  LOCK();
+  for (int flag = 1; flag;) {
     MPI_Status ms;
     MPI_Iprobe(MPI_ANY_SOURCE, TAG_POS, s->comm, &flag, &ms);
     if (flag)
@@ -925,10 +924,10 @@ static braid_status mpi_check_peers(braid_comm *c, int peer, const char *what) {
                MPI_STATUS_IGNORE);
   }
   UNLOCK();
-  for (int q = 0; q < c->size && s->pos_in; q++)
-    if (q != c->rank && s->pos_in[q].seq == c->seq && !braid__desc_equal(&s->pos_in[q].desc, &c->desc))
-      return braid__coll_mismatch_at(c, q, &s->pos_in[q].desc, c->seq);
-  return BRAID_OK;
+  if (!s->pos_in[q].seq) return 0;
+  *at = s->pos_in[q].seq;
+  *d = s->pos_in[q].desc;
+  return 1;
 }
 
 static int mpi_remote_failure(braid_comm *c, braid_status *st, int *origin, char *text, size_t len) {
@@ -1651,6 +1650,8 @@ const braid__backend braid__mpi_backend = {
     .sleep = mpi_sleep,
     .disarm = mpi_disarm,
     .check_peers = mpi_check_peers,
+    .publish_position = mpi_publish_position,
+    .peer_position = mpi_peer_position,
     .remote_failure = mpi_remote_failure,
     .publish_failure = mpi_publish_failure,
     .declines = mpi_declines,

@@ -243,7 +243,9 @@ BRAID_API braid_status braid_mem_deregister(braid_comm *c, void *handle);
 
 /* CUDA stream/event synchronization for compute/communication overlap.
    Backends without a communication stream return false / BRAID_ERR_UNSUPPORTED.
-   Events and streams are opaque handles (cudaEvent_t / cudaStream_t values). */
+   Events and streams are opaque handles (cudaEvent_t / cudaStream_t values).
+   An event handle braid_event_create did not make, or one destroyed, is
+   BRAID_ERR_INVALID_ARG; a stream handle must be a live stream (or 0). */
 BRAID_API bool braid_has_stream_sync(const braid_comm *c);
 BRAID_API braid_status braid_event_create(braid_comm *c, uint64_t *event); /* timing disabled */
 BRAID_API braid_status braid_event_destroy(braid_comm *c, uint64_t event);

@@ -605,8 +605,22 @@ static int body_stream_events(braid_comm *c, int rank, int n, void *arg) {
   BT_CHECK(d2h(g, d, sizeof g), "d2h");
   for (size_t i = 0; i < cnt; i++) BT_CHECK(g[i] == want, "[%zu] = %g", i, g[i]);
   BT_CHECK_ST(braid_event_destroy(c, 0), BRAID_ERR_INVALID_ARG, c);
+  /* A handle braid did not make never reaches CUDA. */
+  uint64_t made_up = ready ^ 0x5a5a0;
+  BT_CHECK_ST(braid_event_record_on_comm_stream(c, made_up), BRAID_ERR_INVALID_ARG, c);
+  BT_CHECK_MSG(c, "braid_event_record_on_comm_stream: event 0x");
+  BT_CHECK_MSG(c, "is not an event braid_event_create made");
+  BT_CHECK_ST(braid_stream_wait_event(c, (uint64_t)(uintptr_t)user, made_up), BRAID_ERR_INVALID_ARG, c);
   BT_CHECK_OK(braid_event_destroy(c, ready), c);
+  /* Nor does one already destroyed. */
+  BT_CHECK_ST(braid_event_destroy(c, ready), BRAID_ERR_INVALID_ARG, c);
+  BT_CHECK_MSG(c, "or it was destroyed");
+  BT_CHECK_ST(braid_event_record_on_stream(c, ready, (uint64_t)(uintptr_t)user), BRAID_ERR_INVALID_ARG, c);
+  BT_CHECK_ST(braid_comm_stream_wait_event(c, ready), BRAID_ERR_INVALID_ARG, c);
   BT_CHECK_OK(braid_event_destroy(c, done), c);
+  /* The communicator still works after the refusals. */
+  BT_CHECK_OK(braid_all_reduce(c, d, cnt, BRAID_F32, BRAID_SUM), c);
+  BT_CHECK_OK(braid_sync_comm_stream(c), c);
   cu.stream_destroy(user);
   cu.free_(d);
   return 0;

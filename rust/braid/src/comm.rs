@@ -827,6 +827,12 @@ impl Communicator for Comm {
 /// The CUDA stream/event hooks. On a backend without a communication stream
 /// (`as_stream_sync()` is `None`) every method fails with
 /// `Status::Unsupported` naming the backend.
+///
+/// The reference trait takes raw handles in safe methods, so braid checks
+/// every event handle before CUDA sees it: one that `create_event` did not
+/// make, or that was destroyed, fails with `Status::InvalidArg`. A stream
+/// handle cannot be checked: it must be a live `cudaStream_t` of the
+/// communicator's device, or 0 for the default stream.
 impl StreamSyncOps for Comm {
     fn create_event(&self) -> Result<u64> {
         let mut ev = 0u64;

@@ -1371,6 +1371,85 @@ static int body_zc_late_receive(braid_comm *c, int rank, int n, void *arg) {
   return 0;
 }
 
+/* A collective keeps its pointers into a peer's braid memory across its
+   waits, in which point-to-point progress maps more of that peer's
+   allocations (more than the cache keeps per peer): the collective's
+   mappings must outlive the call. Rank 1 sends from SHM_ZMAP_CAP separate
+   allocations and enters the collective from one more; rank 0 posts the
+   receives and enters late (the order makes the pulls land inside its
+   staged all-gather and reduce-scatter rounds; the result is checked in
+   any order). */
+static int body_zc_held(braid_comm *c, int rank, int n, void *arg) {
+  (void)n;
+  _Atomic int *sent = arg;
+  enum { NMSG = SHM_ZMAP_CAP, MSG = 64 << 10 };
+  const size_t ag = (size_t)1 << 20, rs = (size_t)1 << 18;
+  char *bufs[NMSG] = {0}, *in = NULL;
+  char *out = malloc(2 * ag);
+  float *rout = malloc(rs * sizeof(float));
+  BT_CHECK(out && rout, "out of memory");
+  for (int round = 0; round < 2; round++) {
+    for (int i = 0; i < NMSG; i++) {
+      if (rank == 1) {
+        BT_CHECK_OK(braid_mem_alloc((void **)&bufs[i], MSG), c);
+        memset(bufs[i], 'a' + i, MSG);
+        BT_CHECK_OK(braid_send(c, bufs[i], MSG, BRAID_U8, 0, (uint32_t)(round * NMSG + i)), c);
+      } else {
+        bufs[i] = calloc(1, MSG);
+        BT_CHECK(bufs[i], "out of memory");
+        BT_CHECK_OK(braid_recv(c, bufs[i], MSG, BRAID_U8, 1, (uint32_t)(round * NMSG + i)), c);
+      }
+    }
+    const size_t inb = round == 0 ? ag : 2 * rs * sizeof(float);
+    if (rank == 1) BT_CHECK_OK(braid_mem_alloc((void **)&in, inb), c);
+    else in = malloc(inb);
+    BT_CHECK(in, "out of memory");
+    if (round == 0) {
+      memset(in, 0x11 * (rank + 1), ag);
+    } else {
+      float *f = (float *)(void *)in;
+      for (size_t i = 0; i < 2 * rs; i++) f[i] = (float)(rank + 1) * (float)(i % 97);
+    }
+    if (rank == 1) {
+      atomic_store(sent, round + 1);
+    } else {
+      BT_CHECK(bt_await(sent, round + 1, 30), "rank 1 never sent");
+      struct timespec ts = {0, 100 * 1000 * 1000};
+      nanosleep(&ts, NULL);
+    }
+    if (round == 0) {
+      BT_CHECK_OK(braid_all_gather(c, in, out, ag, BRAID_U8), c);
+      for (size_t i = 0; i < 2 * ag; i++)
+        BT_CHECK(out[i] == (char)(i < ag ? 0x11 : 0x22), "all-gather byte %zu is %d", i, out[i]);
+    } else {
+      BT_CHECK_OK(braid_reduce_scatter(c, in, rout, rs, BRAID_F32, BRAID_SUM), c);
+      for (size_t i = 0; i < rs; i++) {
+        float want = 3.0f * (float)((i + (size_t)rank * rs) % 97);
+        BT_CHECK(rout[i] == want, "reduce-scatter [%zu] = %g, want %g", i, rout[i], want);
+      }
+    }
+    BT_CHECK_OK(braid_sync(c), c);
+    for (int i = 0; i < NMSG; i++) {
+      if (rank == 0) BT_CHECK(bufs[i][0] == 'a' + i && bufs[i][MSG - 1] == 'a' + i, "message %d", i);
+      if (rank == 1) BT_CHECK_OK(braid_mem_free(bufs[i]), c);
+      else free(bufs[i]);
+    }
+    if (rank == 1) BT_CHECK_OK(braid_mem_free(in), c);
+    else free(in);
+    BT_CHECK_OK(braid_barrier(c), c);
+  }
+  free(out);
+  free(rout);
+  return 0;
+}
+
+static int test_zc_held(void) {
+  /* Small staging: the reduce-scatter runs in rounds. */
+  static const char *const env[] = {"BRAID_SHM_BUFFER=64K", NULL};
+  bt_run_opts o = {"shm", 2, 60, env, -1};
+  return bt_run_ranks_counted(&o, body_zc_held, NULL);
+}
+
 static int test_zc_late_receive(void) {
   static const char *const env[] = {"BRAID_SHM_CMA=0", NULL};
   return run_counted(2, body_zc_late_receive, env, -1, 60);
@@ -1593,7 +1672,7 @@ static const bt_case cases[] = {
     {"zc_late_receive", test_zc_late_receive, 60}, {"pipe_abandoned", test_pipe_abandoned, 60},
     {"ring_stale_word", test_ring_stale_word, 60}, {"start_alloc_fails", test_start_alloc_fails, 300},
     {"ring_wrap", test_ring_wrap, 120},  {"order_many_ranks", test_order_many_ranks, 300},
-    {"a2a_paths", test_a2a_paths, 300},
+    {"a2a_paths", test_a2a_paths, 300},   {"zc_held", test_zc_held, 120},
 };
 
 int main(int argc, char **argv) { return bt_main(argc, argv, cases, BT_COUNT(cases)); }

@@ -77,6 +77,7 @@ typedef struct shm_zref {
 /* A peer's allocation mapped into this process. */
 typedef struct shm_zmap {
   uint64_t gen, len, base, used;
+  uint64_t pin; /* the collective (sequence number) reading it; 0: none */
   char *local;
 } shm_zmap;
 
@@ -393,8 +394,10 @@ int shm_zc_announce(shm_state *s, const void *buf, size_t len, uint64_t key);
    rank) only when the announced memory cannot be mapped. */
 braid_status shm_zc_peer(braid_comm *c, shm_state *s, int q, uint64_t key, const char **out);
 /* Same for an allocation named in a message: *out is the local address of
-   rank q's address addr inside ref. */
-braid_status shm_zc_map(braid_comm *c, shm_state *s, int q, const braid__mem_ref *ref, uint64_t addr,
+   rank q's address addr inside ref. hold: the caller (a collective, as
+   shm_zc_peer is) keeps *out until its call ends, and the mapping stays
+   that long; otherwise *out is good until the next mapping of q's memory. */
+braid_status shm_zc_map(braid_comm *c, shm_state *s, int q, const braid__mem_ref *ref, uint64_t addr, int hold,
                         const char **out);
 /* Probes (at init) whether this rank may map rank q's braid memory. */
 int shm_zc_probe(shm_state *s, int q);

@@ -207,7 +207,7 @@ static braid_status pull(braid_comm *c, shm_state *s, shm_req *r) {
   braid_status st;
   if (r->zc) {
     const char *from;
-    if ((st = shm_zc_map(c, s, src, &r->zref, r->addr, &from))) return st;
+    if ((st = shm_zc_map(c, s, src, &r->zref, r->addr, 0, &from))) return st;
     shm_copy_out(r->base.buf, from, r->base.bytes, r->base.bytes);
   } else if ((st = shm_cma_read(c, s, src, r->base.buf, r->addr, r->base.bytes))) {
     return st;

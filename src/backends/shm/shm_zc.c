@@ -33,7 +33,14 @@ int shm_zc_announce(shm_state *s, const void *buf, size_t len, uint64_t key) {
   return 1;
 }
 
-braid_status shm_zc_map(braid_comm *c, shm_state *s, int q, const braid__mem_ref *ref, uint64_t addr,
+/* A collective keeps the pointers it got for the whole call, across waits
+   in which point-to-point progress maps more of the peer's memory: its
+   mappings stay until it ends. */
+static int held(const braid_comm *c, const shm_zmap *m) {
+  return m->pin && m->pin == c->seq && c->desc.kind != BRAID__COLL_NONE;
+}
+
+braid_status shm_zc_map(braid_comm *c, shm_state *s, int q, const braid__mem_ref *ref, uint64_t addr, int hold,
                         const char **out) {
   shm_zmap *maps = zmaps_of(s, q);
   /* Free counts only grow; an older request's count (a receive taken
@@ -41,15 +48,20 @@ braid_status shm_zc_map(braid_comm *c, shm_state *s, int q, const braid__mem_ref
   if (ref->epoch > s->zepoch[q]) {
     /* The peer freed something since: keep only what it names now. */
     for (int i = 0; i < SHM_ZMAP_CAP; i++)
-      if (maps[i].local && maps[i].gen != ref->gen) unmap_entry(&maps[i]);
+      if (maps[i].local && maps[i].gen != ref->gen && !held(c, &maps[i])) unmap_entry(&maps[i]);
     s->zepoch[q] = ref->epoch;
   }
-  shm_zmap *hit = NULL, *victim = &maps[0];
+  shm_zmap *hit = NULL, *victim = NULL;
   for (int i = 0; i < SHM_ZMAP_CAP; i++) {
     if (maps[i].local && maps[i].gen == ref->gen) hit = &maps[i];
-    if (!maps[i].local || (victim->local && maps[i].used < victim->used)) victim = &maps[i];
+    if (held(c, &maps[i])) continue;
+    if (!victim || (victim->local && (!maps[i].local || maps[i].used < victim->used))) victim = &maps[i];
   }
   if (!hit) {
+    /* A collective holds one or two buffers of a peer: never all the slots. */
+    if (!victim)
+      return braid__fail_comm(c, BRAID_ERR_INTERNAL, "all %d mappings of rank %d's braid memory are in use", SHM_ZMAP_CAP,
+                              q);
     void *p = braid__mem_map_peer(s->pids[q], ref);
     if (!p) {
       int e = errno;
@@ -66,6 +78,7 @@ braid_status shm_zc_map(braid_comm *c, shm_state *s, int q, const braid__mem_ref
     hit = victim;
   }
   hit->used = ++s->zclock;
+  if (hold) hit->pin = c->seq;
   *out = hit->local + (addr - hit->base);
   return BRAID_OK;
 }
@@ -76,7 +89,7 @@ braid_status shm_zc_peer(braid_comm *c, shm_state *s, int q, uint64_t key, const
   shm_zref *z = &shm_ctl_of(s, q)->zref;
   if (atomic_load_explicit(&z->key, memory_order_acquire) != key) return BRAID_OK;
   braid__mem_ref ref = {z->gen, z->base, z->len, z->epoch, z->fd};
-  return shm_zc_map(c, s, q, &ref, z->addr, out);
+  return shm_zc_map(c, s, q, &ref, z->addr, 1, out);
 }
 
 int shm_zc_probe(shm_state *s, int q) {

@@ -526,7 +526,10 @@ braid_status braid_all_to_allv(braid_comm *c, const void *send, const size_t *se
   a.send_displs = send_displs;
   a.recv_counts = recv_counts;
   a.recv_displs = recv_displs;
-  const int inplace = send == recv, r = c->rank;
+  /* Both NULL with send counts given is a rank that receives nothing but
+     may send: its send side is checked (a NULL buffer with a count is an
+     error here, not a mismatch on the peers). */
+  const int inplace = send == recv && (send != NULL || !send_counts), r = c->rank;
   size_t slo, shi, rlo, rhi;
   BRAID__TRY(braid__check_dtype(c, dt));
   BRAID__TRY(check_blocks(c, "recv", recv, recv_counts, recv_displs, dt, &rlo, &rhi));

@@ -97,6 +97,9 @@ static int test_invalid_args(void) {
              "send_counts[0] is 3 but recv_counts[0] is 2");
   EXPECT_ERR(braid_all_to_allv(c, NULL, one, zero, g, one, zero, BRAID_F32), BRAID_ERR_INVALID_ARG,
              "send is NULL with send_counts[0] = 2");
+  /* Both NULL is not "in place" when there is something to send. */
+  EXPECT_ERR(braid_all_to_allv(c, NULL, one, zero, NULL, zero, zero, BRAID_F32), BRAID_ERR_INVALID_ARG,
+             "send is NULL with send_counts[0] = 2");
   EXPECT_ERR(braid_all_to_allv(c, f, one, big, g, one, zero, BRAID_F32), BRAID_ERR_INVALID_ARG,
              "send_displs[0] 9223372036854775807 + send_counts[0] 2 elements of f32 overflow the address space");
   EXPECT_ERR(braid_all_to_allv(c, f, one, zero, f + 1, one, zero, BRAID_F32), BRAID_ERR_INVALID_ARG,

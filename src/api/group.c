@@ -88,10 +88,10 @@ braid_status braid__group_forget(braid_comm *c) {
   for (gcall *g = head; g; g = g->next) mine += g->c == c;
   const int others = atomic_load_explicit(&c->grouped, memory_order_acquire) - mine;
   if (others > 0)
-    return braid__fail(NULL, BRAID_ERR_INVALID_ARG,
-                       "braid_destroy: %d call(s) on this communicator wait in another thread's group; that "
-                       "thread's braid_group_end must run them first (rank %d)",
-                       others, braid__label(c, c->rank));
+    return braid__fail_in(c, "braid_destroy", BRAID_ERR_INVALID_ARG,
+                          "%d call(s) on this communicator wait in another thread's group; that thread's "
+                          "braid_group_end must run them first",
+                          others);
   for (gcall **pp = &head; *pp;) {
     gcall *g = *pp;
     if (g->c != c) {

@@ -339,11 +339,10 @@ braid_status braid_destroy(braid_comm *c) {
   pthread_mutex_lock(&c->lock);
   braid_status st = braid__group_forget(c);
   if (!st && c->lent)
-    st = braid__fail(NULL, BRAID_ERR_INVALID_ARG,
-                            "braid_destroy: %d call(s) on this communicator wait in other threads (they let this "
-                            "call in while they wait); destroy it after they return (braid_abort makes them return "
-                            "at once) (rank %d)",
-                            c->lent, braid__label(c, c->rank));
+    st = braid__fail_in(c, "braid_destroy", BRAID_ERR_INVALID_ARG,
+                        "%d call(s) on this communicator wait in other threads (they let this call in while they "
+                        "wait); destroy it after they return (braid_abort makes them return at once)",
+                        c->lent);
   if (st) {
     pthread_mutex_unlock(&c->lock);
     return st;

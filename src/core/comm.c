@@ -51,6 +51,16 @@ static braid_status vfail(braid_comm *c, braid_status st, int force, const char 
   return record(c, st, full, force);
 }
 
+braid_status braid__fail_in(braid_comm *c, const char *call, braid_status st, const char *fmt, ...) {
+  char text[BRAID_ERRLEN], full[BRAID_ERRLEN];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(text, sizeof text, fmt, ap);
+  va_end(ap);
+  snprintf(full, sizeof full, "%s: %s", call, text);
+  return record(c, st, full, 0);
+}
+
 braid_status braid__vfail(braid_comm *c, braid_status st, const char *fmt, va_list ap) {
   return vfail(c, st, 0, fmt, ap);
 }

@@ -300,8 +300,12 @@ struct braid_comm {
 braid_status braid__fail(braid_comm *c, braid_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 braid_status braid__vfail(braid_comm *c, braid_status st, const char *fmt, va_list ap)
     __attribute__((format(printf, 3, 0)));
-/* Same, but c is failed whatever st is (a collective mismatch leaves the
-   ranks in different places: the communicator cannot go on). */
+/* An error of call on c that does not own c->call (another thread's call
+   may hold it): recorded as c's last error, not fatal. */
+braid_status braid__fail_in(braid_comm *c, const char *call, braid_status st, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Same as braid__fail, but c is failed whatever st is (a collective mismatch
+   leaves the ranks in different places: the communicator cannot go on). */
 braid_status braid__fail_comm(braid_comm *c, braid_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Fails c with a message that is already whole (another rank's sentence,

@@ -254,6 +254,7 @@ static int other_thread_body(braid_comm *c, int rank, int n, void *arg) {
          communicator still works afterwards. */
       BT_CHECK_ST(braid_destroy(g.child), BRAID_ERR_INVALID_ARG, NULL);
       BT_CHECK_MSG(NULL, "braid_destroy: 1 call(s) on this communicator wait in another thread's group");
+      BT_CHECK_MSG(g.child, "braid_destroy: 1 call(s) on this communicator wait in another thread's group");
       pthread_mutex_lock(&g.mu);
       g.stage = 2;
       pthread_cond_broadcast(&g.cv);

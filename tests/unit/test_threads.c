@@ -94,6 +94,24 @@ static int test_sync_waits_for_other_thread(void) {
   return 0;
 }
 
+/* Another thread's call, let in while braid_sync waits, leaves the waiting
+   call's name (and flight-recorder entry) in place: the timeout names
+   braid_sync. */
+static int test_waiting_call_keeps_its_name(void) {
+  braid_comm *c = new_comm(0.6);
+  int got = 0;
+  late_sender s = {c, 0.1, 5, BRAID_ERR_INTERNAL};
+  BT_CHECK_OK(braid_recv(c, &got, 1, BRAID_I32, 0, 78), c); /* the other thread sends on tag 77 */
+  pthread_t t;
+  BT_CHECK(pthread_create(&t, NULL, send_later, &s) == 0, "pthread_create");
+  BT_CHECK_ST(braid_sync(c), BRAID_ERR_TIMEOUT, c);
+  pthread_join(t, NULL);
+  BT_CHECK(s.st == BRAID_OK, "send from the other thread: %s", braid_status_string(s.st));
+  BT_CHECK_MSG(c, "braid_sync: timed out");
+  braid_destroy(c);
+  return 0;
+}
+
 /* braid_destroy from the thread a waiting braid_sync let in is refused
    (freeing c would pull it from under the wait) and leaves c intact; the
    send then completes the wait and destroy works. */
@@ -123,6 +141,7 @@ static int test_destroy_under_waiter(void) {
   const char *e = braid_last_error(NULL);
   BT_CHECK(strstr(e, "braid_destroy: 1 call(s) on this communicator wait in other threads"), "message: %s", e);
   BT_CHECK(strstr(e, "(rank 0)") && !strstr(e, "(rank 0) ("), "the rank named once: %s", e);
+  BT_CHECK_MSG(c, "braid_destroy: 1 call(s) on this communicator wait in other threads"); /* the comm's too */
   int v = 99;
   BT_CHECK_OK(braid_send(c, &v, 1, BRAID_I32, 0, 8), c);
   pthread_join(t, NULL);
@@ -286,6 +305,7 @@ static int test_shm_two_threads(void) {
 static const bt_case cases[] = {
     BT_CASE(test_concurrent_calls),
     BT_CASE(test_sync_waits_for_other_thread),
+    BT_CASE(test_waiting_call_keeps_its_name),
     BT_CASE(test_abort_wakes_waiter),
     BT_CASE(test_destroy_under_waiter),
     BT_CASE(test_abort_races_callers),

@@ -213,11 +213,7 @@ braid_status braid__coll_run(braid_comm *c, const braid__coll_args *a) {
   /* A point-to-point error found earlier (not fatal) is reported as
      braid_sync would, once the barrier is done: skipping the barrier would
      put this rank one collective behind the others. */
-  if (barrier && !st && c->deferred) {
-    st = c->deferred;
-    c->deferred = BRAID_OK;
-    return braid__fail(c, st, "%s", c->deferred_msg);
-  }
+  if (barrier && !st && c->deferred) return braid__deferred_report(c);
   /* Resources, the OS or the library below failed inside the collective:
      the other ranks wait for this one, so the communicator fails and they
      are told (API.md). */

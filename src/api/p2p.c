@@ -85,10 +85,6 @@ braid_status braid_sync(braid_comm *c) {
   st = braid__wait_idle(c, 0);
   braid__reap(c);
   if (st) return braid__leave(c, st);
-  if (c->deferred) {
-    st = c->deferred;
-    c->deferred = BRAID_OK;
-    return braid__leave(c, braid__fail(c, st, "%s", c->deferred_msg));
-  }
+  if (c->deferred) return braid__leave(c, braid__deferred_report(c));
   return braid__leave(c, BRAID_OK);
 }

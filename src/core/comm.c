@@ -132,9 +132,34 @@ void braid__mismatch_text(char *out, size_t len, int src, uint32_t tag, size_t m
 }
 
 void braid__defer(braid_comm *c, braid_status st, const char *msg) {
-  if (c->deferred) return;
+  if (c->deferred) {
+    c->deferred_more++;
+    snprintf(c->deferred_last, sizeof c->deferred_last, "%s", msg);
+    return;
+  }
   c->deferred = st;
   snprintf(c->deferred_msg, sizeof c->deferred_msg, "%s", msg);
+}
+
+void braid__defer_move(braid_comm *to, braid_comm *from) {
+  if (!from->deferred) return;
+  braid__defer(to, from->deferred, from->deferred_msg);
+  if (from->deferred_more) {
+    to->deferred_more += from->deferred_more - 1;
+    braid__defer(to, from->deferred, from->deferred_last);
+  }
+  from->deferred = BRAID_OK;
+  from->deferred_more = 0;
+}
+
+braid_status braid__deferred_report(braid_comm *c) {
+  braid_status st = c->deferred;
+  int more = c->deferred_more;
+  c->deferred = BRAID_OK;
+  c->deferred_more = 0;
+  if (!more) return braid__fail(c, st, "%s", c->deferred_msg);
+  return braid__fail(c, st, "%s; and %d more receive(s) failed the same way, the last: %s", c->deferred_msg, more,
+                     c->deferred_last);
 }
 
 braid_status braid__coll_mismatch_of(braid_comm *c, uint64_t seq, const braid__desc *mine, int peer,

@@ -270,6 +270,8 @@ struct braid_comm {
   uint64_t moved;               /* bumped by the backend whenever data moves */
   braid_status deferred;        /* first error found while matching, reported by braid_sync */
   char deferred_msg[320];
+  int deferred_more;            /* errors found after it, before the report */
+  char deferred_last[320];      /* the last of those */
   char posting_mismatch[320];   /* the shape mismatch of the receive braid_recv is posting */
   void *scratch[BRAID__NSCRATCH];
   size_t scratch_len[BRAID__NSCRATCH];
@@ -353,8 +355,14 @@ static inline int braid__status_is_fatal(braid_status st) {
 void braid__mismatch_text(char *out, size_t len, int src, uint32_t tag, size_t msg_count, braid_dtype msg_dt,
                           size_t recv_count, braid_dtype recv_dt);
 
-/* Keeps the first error found while progressing (reported by the next braid_sync). */
+/* Keeps an error found while progressing (reported by the next braid_sync:
+   the first in full, the number of later ones and the last). */
 void braid__defer(braid_comm *c, braid_status st, const char *msg);
+/* Moves what a part kept for its next sync to the whole (hier). */
+void braid__defer_move(braid_comm *to, braid_comm *from);
+/* Reports what was kept, the first error and how many more (the last
+   named), on c as the current call's error, and forgets it. */
+braid_status braid__deferred_report(braid_comm *c);
 
 /* Fails c with BRAID_ERR_MISMATCH because rank peer is in another collective
    (theirs) than this rank's current one; the sentence names both calls. */

@@ -22,6 +22,7 @@ int bt_body_p2p_mismatch(braid_comm *c, int rank, int n, void *arg) {
     BT_CHECK_OK(braid_recv(c, &go, 1, BRAID_I32, 1, 8), c);
     BT_CHECK_OK(braid_sync(c), c);
     BT_CHECK_OK(braid_send(c, s, base, BRAID_F64, 1, 6), c);
+    BT_CHECK_OK(braid_send(c, s, base, BRAID_F64, 1, 7), c);
     BT_CHECK_OK(braid_sync(c), c);
   } else {
     BT_CHECK_OK(braid_recv(c, &go, 1, BRAID_I32, 0, 9), c);
@@ -37,15 +38,23 @@ int bt_body_p2p_mismatch(braid_comm *c, int rank, int n, void *arg) {
     BT_CHECK_OK(braid_recv(c, r, base, BRAID_F64, 0, 5), c);
     BT_CHECK_OK(braid_sync(c), c);
     for (size_t i = 0; i < base; i++) BT_CHECK(r[i] == s[i], "tag 5 element %zu", i);
-    /* Posted before the message: the sync that would complete it fails. */
+    /* Posted before the messages: the sync that would complete them fails,
+       and names both (the second is not lost behind the first). */
+    double *r7 = calloc(base + 1, 8);
+    BT_CHECK(r7, "oom");
     BT_CHECK_OK(braid_recv(c, r, base + 1, BRAID_F64, 0, 6), c);
+    BT_CHECK_OK(braid_recv(c, r7, base + 1, BRAID_F64, 0, 7), c);
     BT_CHECK_OK(braid_send(c, &go, 1, BRAID_I32, 0, 8), c);
     BT_CHECK_ST(braid_sync(c), BRAID_ERR_MISMATCH, c);
     BT_CHECK_MSG(c, "with tag 6 has");
+    BT_CHECK_MSG(c, "; and 1 more receive(s) failed the same way, the last: ");
+    BT_CHECK_MSG(c, "with tag 7 has");
     memset(r, 0, (base + 1) * 8);
     BT_CHECK_OK(braid_recv(c, r, base, BRAID_F64, 0, 6), c);
+    BT_CHECK_OK(braid_recv(c, r7, base, BRAID_F64, 0, 7), c);
     BT_CHECK_OK(braid_sync(c), c);
-    for (size_t i = 0; i < base; i++) BT_CHECK(r[i] == s[i], "tag 6 element %zu", i);
+    for (size_t i = 0; i < base; i++) BT_CHECK(r[i] == s[i] && r7[i] == s[i], "tags 6 and 7 element %zu", i);
+    free(r7);
   }
   BT_CHECK_OK(braid_barrier(c), c);
   free(s);

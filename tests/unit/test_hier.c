@@ -13,6 +13,7 @@
 
 #include "coll_check.h"
 #include "harness.h"
+#include "p2p_check.h"
 
 static double now_s(void) {
   struct timespec ts;
@@ -175,6 +176,16 @@ static int test_p2p(void) {
   for (size_t i = 0; i < BT_COUNT(layouts); i++)
     if (run_layout(&layouts[i], body_p2p, NULL, NULL, NULL)) return 1;
   return 0;
+}
+
+/* Receives of the wrong shape between nodes: the part that carries them
+   keeps the sentences, and hier's sync reports them all. */
+static int test_p2p_mismatch(void) {
+  if (!has_hier()) return 0;
+  static const layout apart = {"1+1", "ab"};
+  bt_p2p_mismatch_arg s = {3, 1u << 20}, l = {200000, 1u << 20};
+  return run_layout(&apart, bt_body_p2p_mismatch, &s, NULL, NULL) ||
+         run_layout(&apart, bt_body_p2p_mismatch, &l, NULL, NULL);
 }
 
 /* ---------------------------------------------------------------- failures */
@@ -413,6 +424,7 @@ int main(int argc, char **argv) {
       {"matrix", test_matrix, 900},
       {"split", test_split, 300},
       {"p2p", test_p2p, 300},
+      {"p2p_mismatch", test_p2p_mismatch, 120},
       {"call_check", test_call_check, 300},
       {"destroy_budget", test_destroy_budget, 120},
       {"peer_lost", test_peer_lost, 120},

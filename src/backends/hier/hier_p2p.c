@@ -64,11 +64,8 @@ static int settle(braid_comm *c, hier_req *h) {
   }
   free(h->host);
   h->host = h->dst = NULL;
-  if (st == BRAID_ERR_MISMATCH && h->sub->deferred) {
-    /* The part kept the sentence for its next sync: it is hier's now. */
-    braid__defer(c, BRAID_ERR_MISMATCH, h->sub->deferred_msg);
-    h->sub->deferred = BRAID_OK;
-  }
+  /* The part kept the sentences for its next sync: they are hier's now. */
+  if (st == BRAID_ERR_MISMATCH) braid__defer_move(c, h->sub);
   braid__req_release(h->sub, in);
   h->inner = NULL;
   braid__req_complete(c, &h->base, st);

@@ -29,7 +29,12 @@ braid_status braid__leave_slow(braid_comm *c, braid_status st);
 /* Locks c for one public call; fails at once if c is failed (the status). */
 static inline braid_status braid__enter(braid_comm *c, const char *call) {
   if (!c) return braid__null_comm(call);
-  pthread_mutex_lock(&c->lock);
+  if (pthread_mutex_trylock(&c->lock)) {
+    /* Counted, so that a braid_sync waiting in another thread lets this call in. */
+    atomic_fetch_add_explicit(&c->entering, 1, memory_order_relaxed);
+    pthread_mutex_lock(&c->lock);
+    atomic_fetch_sub_explicit(&c->entering, 1, memory_order_relaxed);
+  }
   c->call = call;
   if (atomic_load_explicit(&c->failed, memory_order_relaxed)) return braid__enter_failed(c, call);
   braid__trace_poll_signal(c);

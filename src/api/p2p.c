@@ -82,7 +82,9 @@ braid_status braid_sync(braid_comm *c) {
   /* Every pending operation completes first, even when a mismatch found
      earlier is waiting to be reported (as a barrier does): the caller may
      then read every other receive's buffer. */
+  c->lendable = 1;
   st = braid__wait_idle(c, 0);
+  c->lendable = 0;
   braid__reap(c);
   if (st) return braid__leave(c, st);
   if (c->deferred) return braid__leave(c, braid__deferred_report(c));

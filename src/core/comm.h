@@ -262,7 +262,9 @@ struct braid_comm {
   int nfree;
   int nreqs;                    /* requests out of the pool (0 again once destroyed) */
   int releasing;                /* braid_destroy handed the unfinished requests to the backend */
-  int lent;                     /* threads inside a call that let go of lock while they wait (self) */
+  int lent;                     /* threads inside a call that let go of lock while they wait */
+  _Atomic int entering;         /* threads blocked taking lock in braid__enter */
+  int lendable;                 /* the call in progress lets others in while it waits (braid_sync) */
   braid__req *orphans;          /* completed while releasing: nobody else holds them */
   braid__req *pending, **pending_tail; /* user operations until braid_sync */
   uint64_t user_posted;         /* user operations posted so far (braid__req.ord) */

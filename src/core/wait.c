@@ -19,6 +19,7 @@
 #define STORE_REPLY_S 0.5  /* bound of one store look-up from inside a wait */
 #define FAIL_PUBLISH_S 2.0 /* bound of the failure's store write: a store out of reach must not hold the error */
 #define MAX_SLEEP_S 0.1    /* a sleeper wakes at least this often to run the checks */
+#define LEND_S 0.01 /* how long a waiting braid_sync waits for a thread it lets in to take the lock */
 #define POSITION_AFTER_S 1.0 /* a collective's wait this long publishes this rank's position */
 #define POSITION_GAP_MAX_S 2.0 /* ... and compares it with others' at intervals doubling up to this */
 #define CROWD_SAMPLE_S 0.05  /* a waiting thread reads its run delay at most this often */
@@ -459,7 +460,35 @@ static braid_status checks(braid_comm *c, braid__waiter *w, int peer, const char
 
 #undef WHAT
 
+/* A braid_sync that waits lets calls of other threads in (one may send
+   what the awaited peer needs first, as under MPI_THREAD_MULTIPLE): it lets
+   go of the lock until one of them has taken it, and takes it back after
+   them. Their calls set and clear the per-call fields as they enter and
+   leave; this call's come back. A collective never lends: another thread's
+   calls would interleave with its protocol. */
+static void lend(braid_comm *c, braid__waiter *w) {
+  if (w->armed) {
+    c->ops->disarm(c);
+    w->armed = 0;
+  }
+  const char *call = c->call;
+  struct braid__trace_ent *cur = c->trace_cur;
+  const braid__desc desc = c->desc;
+  const int was = atomic_load_explicit(&c->entering, memory_order_relaxed);
+  c->lent++; /* braid_destroy from a call let in must not free c under this one */
+  pthread_mutex_unlock(&c->lock);
+  const double until = braid__now() + LEND_S;
+  while (atomic_load_explicit(&c->entering, memory_order_relaxed) >= was && braid__now() < until) sched_yield();
+  pthread_mutex_lock(&c->lock);
+  c->lent--;
+  c->call = call;
+  c->trace_cur = cur;
+  c->desc = desc;
+  c->lendable = 1;
+}
+
 braid_status braid__wait_slow(braid_comm *c, braid__waiter *w, int peer, const char *what) {
+  if (c->lendable && atomic_load_explicit(&c->entering, memory_order_relaxed)) lend(c, w);
   double now = braid__now();
   if (w->start == 0) {
     w->start = now;

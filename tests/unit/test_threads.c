@@ -302,10 +302,72 @@ static int test_shm_two_threads(void) {
          bt_run_ranks("shm", 2, 120, body_shm_two_threads, &mem);
 }
 
+/* A thread waits in braid_sync for a message its peer sends only after it
+   got one that another thread of this rank sends meanwhile: the sync lets
+   that send in (on every backend), and both complete. */
+typedef struct other_sender {
+  braid_comm *c;
+  _Atomic int *in_sync;
+  braid_status st;
+} other_sender;
+
+static void *send_tag2(void *p) {
+  other_sender *o = p;
+  while (!atomic_load(o->in_sync)) braid__sleep(0.001);
+  braid__sleep(0.05); /* the sync waits by now (if not, the send goes first: also right) */
+  static int v = 42;
+  o->st = braid_send(o->c, &v, 1, BRAID_I32, 1, 2);
+  return NULL;
+}
+
+static int body_sync_lets_others_in(braid_comm *c, int rank, int n, void *arg) {
+  (void)n, (void)arg;
+  if (rank == 0) {
+    int got = 0;
+    _Atomic int in_sync = 0;
+    other_sender o = {c, &in_sync, BRAID_ERR_INTERNAL};
+    BT_CHECK_OK(braid_recv(c, &got, 1, BRAID_I32, 1, 1), c);
+    pthread_t t;
+    BT_CHECK(pthread_create(&t, NULL, send_tag2, &o) == 0, "pthread_create");
+    atomic_store(&in_sync, 1);
+    braid_status st = braid_sync(c);
+    pthread_join(t, NULL);
+    BT_CHECK(st == BRAID_OK, "the waiting sync got %s: %s", braid_status_string(st), braid_last_error(c));
+    BT_CHECK(o.st == BRAID_OK, "the other thread's send got %s", braid_status_string(o.st));
+    BT_CHECK(got == 7, "got %d", got);
+    BT_CHECK_OK(braid_sync(c), c); /* the other thread's send, if still pending */
+  } else if (rank == 1) {
+    int v = 0, seven = 7;
+    BT_CHECK_OK(braid_recv(c, &v, 1, BRAID_I32, 0, 2), c);
+    BT_CHECK_OK(braid_sync(c), c);
+    BT_CHECK(v == 42, "rank 1 got %d", v);
+    BT_CHECK_OK(braid_send(c, &seven, 1, BRAID_I32, 0, 1), c);
+    BT_CHECK_OK(braid_sync(c), c);
+  }
+  BT_CHECK_OK(braid_barrier(c), c);
+  return 0;
+}
+
+static int test_sync_lets_others_in(void) {
+  static const char *const env[] = {"BRAID_TIMEOUT=20", "BRAID_NODE_ID=n0", NULL};
+  const char *names[8];
+  int maxr[8], nb = bt_backends(names, maxr, 8);
+  for (int b = 0; b < nb; b++) {
+    if (maxr[b] < 2) continue;
+    bt_run_opts o = {names[b], 2, 60, env, -1};
+    if (bt_run_ranks_ex(&o, body_sync_lets_others_in, NULL, NULL)) {
+      fprintf(stderr, "backend %s\n", names[b]);
+      return 1;
+    }
+  }
+  return 0;
+}
+
 static const bt_case cases[] = {
     BT_CASE(test_concurrent_calls),
     BT_CASE(test_sync_waits_for_other_thread),
     BT_CASE(test_waiting_call_keeps_its_name),
+    BT_CASE(test_sync_lets_others_in),
     BT_CASE(test_abort_wakes_waiter),
     BT_CASE(test_destroy_under_waiter),
     BT_CASE(test_abort_races_callers),

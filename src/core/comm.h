@@ -344,6 +344,32 @@ static inline const braid__premul *braid__premul_of(const braid_comm *c, braid_o
   return &c->premul[slot];
 }
 
+/* A call that lets go of c->lock while it waits (self's sleep, a
+   braid_sync letting other threads in): the calls let in set and clear the
+   per-call fields as they enter and leave, so the waiting call keeps its
+   own and puts them back when it holds the lock again. lent also keeps
+   braid_destroy from a call let in from freeing c under the waiting one. */
+typedef struct braid__call_fields {
+  const char *call;
+  struct braid__trace_ent *trace_cur;
+  braid__desc desc;
+  int lendable;
+} braid__call_fields;
+
+static inline braid__call_fields braid__lend_begin(braid_comm *c) {
+  braid__call_fields f = {c->call, c->trace_cur, c->desc, c->lendable};
+  c->lent++;
+  return f;
+}
+
+static inline void braid__lend_end(braid_comm *c, const braid__call_fields *f) {
+  c->lent--;
+  c->call = f->call;
+  c->trace_cur = f->trace_cur;
+  c->desc = f->desc;
+  c->lendable = f->lendable;
+}
+
 static inline int braid__aborted(const braid_comm *c) {
   return atomic_load_explicit(&((braid_comm *)c)->aborted, memory_order_acquire);
 }

@@ -463,28 +463,20 @@ static braid_status checks(braid_comm *c, braid__waiter *w, int peer, const char
 /* A braid_sync that waits lets calls of other threads in (one may send
    what the awaited peer needs first, as under MPI_THREAD_MULTIPLE): it lets
    go of the lock until one of them has taken it, and takes it back after
-   them. Their calls set and clear the per-call fields as they enter and
-   leave; this call's come back. A collective never lends: another thread's
-   calls would interleave with its protocol. */
+   them. A collective never lends: another thread's calls would interleave
+   with its protocol. */
 static void lend(braid_comm *c, braid__waiter *w) {
   if (w->armed) {
     c->ops->disarm(c);
     w->armed = 0;
   }
-  const char *call = c->call;
-  struct braid__trace_ent *cur = c->trace_cur;
-  const braid__desc desc = c->desc;
   const int was = atomic_load_explicit(&c->entering, memory_order_relaxed);
-  c->lent++; /* braid_destroy from a call let in must not free c under this one */
+  const braid__call_fields f = braid__lend_begin(c);
   pthread_mutex_unlock(&c->lock);
   const double until = braid__now() + LEND_S;
   while (atomic_load_explicit(&c->entering, memory_order_relaxed) >= was && braid__now() < until) sched_yield();
   pthread_mutex_lock(&c->lock);
-  c->lent--;
-  c->call = call;
-  c->trace_cur = cur;
-  c->desc = desc;
-  c->lendable = 1;
+  braid__lend_end(c, &f);
 }
 
 braid_status braid__wait_slow(braid_comm *c, braid__waiter *w, int peer, const char *what) {

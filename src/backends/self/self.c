@@ -149,18 +149,9 @@ static void self_sleep(braid_comm *c, double slice_s) {
     ts.tv_sec++;
     ts.tv_nsec -= 1000000000L;
   }
-  /* The call let in sets and clears the per-call fields as it enters and
-     leaves: this call's name, flight-recorder entry and collective come
-     back when it holds the lock again. */
-  const char *call = c->call;
-  struct braid__trace_ent *cur = c->trace_cur;
-  braid__desc desc = c->desc;
-  c->lent++; /* braid_destroy from the call let in must not free c under this one */
+  const braid__call_fields f = braid__lend_begin(c);
   pthread_cond_timedwait(&state(c)->cond, &c->lock, &ts);
-  c->lent--;
-  c->call = call;
-  c->trace_cur = cur;
-  c->desc = desc;
+  braid__lend_end(c, &f);
 }
 
 static void self_disarm(braid_comm *c) { (void)c; }

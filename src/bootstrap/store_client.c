@@ -14,6 +14,7 @@
 #include "bootstrap/store_proto.h"
 #include "core/log.h"
 #include "os/sock.h"
+#include "os/sock_owner.h"
 #include "os/time.h"
 
 #define DEF_OP_TIMEOUT 300.0
@@ -110,8 +111,8 @@ static int auth_fail_msg(int reason, const char *hp, char *why, size_t whylen) {
     case BRAID__PST_OTHER_USER:
       snprintf(why, whylen,
                "store at %s has no job token, so it accepts connections from the user that started it only, and "
-               "this process runs as another user (run every rank as one user, or set the same BRAID_TOKEN for "
-               "every process)",
+               "this process runs as another user, or its user could not be told (run every rank as one user, or "
+               "set the same BRAID_TOKEN for every process)",
                hp);
       break;
     case BRAID__PST_VERSION:
@@ -123,6 +124,33 @@ static int auth_fail_msg(int reason, const char *hp, char *why, size_t whylen) {
       break;
   }
   return HS_FAIL;
+}
+
+/* Without a token nothing proves who runs the store, and this client is
+   about to hand it its registration and the backends' settings: a
+   token-less store is trusted only when the kernel shows its socket belongs
+   to this process's user (its user's store on loopback; the same rule the
+   store applies to its clients). Checked after the store's hello, once it has
+   accepted the connection, and before anything is sent. */
+static int trust_tokenless(int fd, const char *hp, char *why, size_t whylen) {
+  char how[200] = "";
+  uid_t owner = 0, me = geteuid();
+  int r = braid__sock_peer_owner(fd, &owner, how, sizeof how);
+  if (r == BRAID__OWNER_OK && owner == me) return HS_OK;
+  if (r == BRAID__OWNER_OK) {
+    snprintf(why, whylen,
+             "store at %s has no job token and its socket belongs to uid %u, not to this process's user (uid %u); "
+             "without a token only a store of one's own user is trusted (another user's process holds that port? "
+             "set the same BRAID_TOKEN for every process)",
+             hp, (unsigned)owner, (unsigned)me);
+    return HS_FAIL;
+  }
+  snprintf(why, whylen,
+           "store at %s has no job token, and %s; without a token only a store of this process's user (uid %u) "
+           "is trusted (set the same BRAID_TOKEN for every process)",
+           hp, how, (unsigned)me);
+  /* A socket closed meanwhile: a store that is stopping, tried again. */
+  return r == BRAID__OWNER_UNKNOWN ? HS_RETRY : HS_FAIL;
 }
 
 static int handshake(int fd, const char *hp, const uint8_t *token, size_t tlen, double deadline, char *why,
@@ -163,6 +191,10 @@ static int handshake(int fd, const char *hp, const uint8_t *token, size_t tlen, 
     return HS_FAIL;
   }
   int server_wants = (sh.flags & BRAID__PROTO_FLAG_TOKEN) != 0;
+  if (!token && !server_wants) {
+    int r2 = trust_tokenless(fd, hp, why, whylen);
+    if (r2 != HS_OK) return r2;
+  }
   uint8_t nonce_c[BRAID__PROTO_NONCE] = {0}, mac[BRAID__PROTO_MAC] = {0};
   if (token && server_wants) {
     if (braid__random_bytes(nonce_c, sizeof nonce_c) != 0 ||

@@ -76,7 +76,7 @@ enum {
   BRAID__PST_VERSION = 19,
   BRAID__PST_NOT_LOOPBACK = 20,
   BRAID__PST_BUSY = 21,      /* too many connections */
-  BRAID__PST_OTHER_USER = 22 /* token-less store: the peer's socket belongs to another user */
+  BRAID__PST_OTHER_USER = 22 /* token-less store: the peer's socket belongs to another user, or to no one */
 };
 
 typedef struct braid__proto_hdr {

@@ -23,6 +23,7 @@
 #include "bootstrap/store_proto.h"
 #include "core/log.h"
 #include "os/sock.h"
+#include "os/sock_owner.h"
 #include "os/time.h"
 
 #define DEF_FRAME_TIMEOUT 10.0
@@ -731,112 +732,27 @@ static void refuse_at_once(int fd, int reason) {
   close(fd);
 }
 
-/* An endpoint as the kernel's socket tables print it: IPv4 addresses as
-   IPv4-mapped IPv6 ones, so a connection between an IPv4 and a dual-stack
-   IPv6 socket compares equal from both ends. */
-typedef struct endpoint {
-  uint8_t addr[16];
-  unsigned port;
-} endpoint;
-
-static int endpoint_of(const struct sockaddr_storage *ss, endpoint *e) {
-  memset(e, 0, sizeof *e);
-  if (ss->ss_family == AF_INET) {
-    const struct sockaddr_in *a = (const struct sockaddr_in *)ss;
-    e->addr[10] = e->addr[11] = 0xff;
-    memcpy(e->addr + 12, &a->sin_addr, 4);
-    e->port = ntohs(a->sin_port);
+/* Whether a token-less store admits the connection fd: its peer's socket
+   must be provably its own user's (the kernel names the owner of a socket
+   that is still open; a closed one's remnant belongs to no one). */
+static int same_user(braid__store_server *s, int fd, const char *peer, double now) {
+  char why[200] = "";
+  uid_t owner = 0;
+  if (braid__sock_peer_owner(fd, &owner, why, sizeof why) != BRAID__OWNER_OK) {
+    conn_warn(s->core, now,
+              "store: refused connection from %s: without a job token the store admits its own user (uid %u) "
+              "only, and %s (set BRAID_TOKEN to admit by token instead)",
+              peer, (unsigned)s->uid, why);
     return 0;
   }
-  if (ss->ss_family == AF_INET6) {
-    const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)ss;
-    memcpy(e->addr, &a->sin6_addr, 16);
-    e->port = ntohs(a->sin6_port);
+  if (owner != s->uid) {
+    conn_warn(s->core, now,
+              "store: refused connection from %s: its socket belongs to uid %u, and without a job token the "
+              "store admits its own user (uid %u) only (set BRAID_TOKEN to admit other users' processes)",
+              peer, (unsigned)owner, (unsigned)s->uid);
     return 0;
   }
-  return -1;
-}
-
-/* "0100007F:1F90" (/proc/net/tcp) or 32 hex digits and a port (tcp6). The
-   kernel prints each 32-bit word of the address as a number in host byte
-   order, so each parsed word is stored back as such. */
-static int parse_proc_endpoint(const char *hex, unsigned port, int v6, endpoint *e) {
-  size_t n = strlen(hex);
-  if (n != (v6 ? 32u : 8u)) return -1;
-  memset(e, 0, sizeof *e);
-  uint8_t raw[16];
-  for (size_t w = 0; w < n / 8; w++) {
-    char word[9];
-    memcpy(word, hex + 8 * w, 8);
-    word[8] = 0;
-    char *end;
-    uint32_t v = (uint32_t)strtoul(word, &end, 16);
-    if (*end) return -1;
-    memcpy(raw + 4 * w, &v, 4);
-  }
-  if (v6) {
-    memcpy(e->addr, raw, 16);
-  } else {
-    e->addr[10] = e->addr[11] = 0xff;
-    memcpy(e->addr + 12, raw, 4);
-  }
-  e->port = port;
-  return 0;
-}
-
-/* Looks for the socket whose local end is `local` and remote end `remote` in
-   one of the kernel's tables: 1 and *uid when found, 0 when not, -errno when
-   the table cannot be read. */
-static int find_socket(const char *table, int v6, const endpoint *local, const endpoint *remote, uid_t *uid) {
-  FILE *f = fopen(table, "re");
-  if (!f) return -errno;
-  char line[512];
-  int found = 0;
-  while (!found && fgets(line, sizeof line, f)) {
-    char la[40], ra[40];
-    unsigned lp, rp, st, u;
-    /* "sl local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid ..." (the header fails here) */
-    if (sscanf(line, " %*u: %39[0-9A-Fa-f]:%x %39[0-9A-Fa-f]:%x %x %*x:%*x %*x:%*x %*x %u", la, &lp, ra, &rp, &st,
-               &u) != 6)
-      continue;
-    endpoint l, r;
-    if (parse_proc_endpoint(la, lp, v6, &l) || parse_proc_endpoint(ra, rp, v6, &r)) continue;
-    if (l.port == local->port && r.port == remote->port && !memcmp(l.addr, local->addr, 16) &&
-        !memcmp(r.addr, remote->addr, 16)) {
-      *uid = (uid_t)u;
-      found = 1;
-    }
-  }
-  fclose(f);
-  return found;
-}
-
-/* The user owning the peer's end of the accepted loopback connection fd: its
-   socket has the peer's address as its local end and ours as its remote end.
-   0 and *uid, or -1 with why saying what went wrong. */
-static int peer_owner(int fd, const struct sockaddr_storage *peer, uid_t *uid, char *why, size_t whylen) {
-  struct sockaddr_storage me;
-  socklen_t ml = sizeof me;
-  endpoint theirs, ours;
-  if (getsockname(fd, (struct sockaddr *)&me, &ml) != 0 || endpoint_of(peer, &theirs) || endpoint_of(&me, &ours)) {
-    snprintf(why, whylen, "its address cannot be read (%s)", strerror(errno));
-    return -1;
-  }
-  int readable = 0, e = 0;
-  static const char *const tables[2] = {"/proc/net/tcp", "/proc/net/tcp6"};
-  for (int v6 = 0; v6 < 2; v6++) {
-    int r = find_socket(tables[v6], v6, &theirs, &ours, uid);
-    if (r == 1) return 0;
-    if (r == 0) readable = 1;
-    else if (!e) e = -r;
-  }
-  if (!readable)
-    snprintf(why, whylen, "the kernel's socket table, which says what user owns the connection, cannot be read "
-                          "(/proc/net/tcp: %s)", strerror(e));
-  else
-    snprintf(why, whylen, "its socket is not in the kernel's socket tables (/proc/net/tcp, tcp6), so its user is "
-                          "unknown");
-  return -1;
+  return 1;
 }
 
 static void do_accept(braid__store_server *s, int lfd, double now) {
@@ -863,27 +779,11 @@ static void do_accept(braid__store_server *s, int lfd, double now) {
       continue;
     }
     int loopback = braid__sock_is_loopback((struct sockaddr *)&ss);
-    if (!s->core->token && loopback) {
-      /* Without a token any local user could reach the port: admit the
-         store's own user only, as the kernel's socket table tells. */
-      char why[200] = "";
-      uid_t owner = 0;
-      if (peer_owner(fd, &ss, &owner, why, sizeof why) != 0) {
-        conn_warn(s->core, now,
-                  "store: refused connection from %s: without a job token the store admits its own user (uid %u) "
-                  "only, and %s (set BRAID_TOKEN to admit by token instead)",
-                  peer, (unsigned)s->uid, why);
-        refuse_at_once(fd, BRAID__PST_OTHER_USER);
-        continue;
-      }
-      if (owner != s->uid) {
-        conn_warn(s->core, now,
-                  "store: refused connection from %s: its socket belongs to uid %u, and without a job token the "
-                  "store admits its own user (uid %u) only (set BRAID_TOKEN to admit other users' processes)",
-                  peer, (unsigned)owner, (unsigned)s->uid);
-        refuse_at_once(fd, BRAID__PST_OTHER_USER);
-        continue;
-      }
+    /* Without a token any local user could reach the port: admit the
+       store's own user only. */
+    if (!s->core->token && loopback && !same_user(s, fd, peer, now)) {
+      refuse_at_once(fd, BRAID__PST_OTHER_USER);
+      continue;
     }
     if (s->nslots == s->cap) {
       size_t nc = s->cap ? s->cap * 2 : 64;

@@ -179,6 +179,12 @@ const uint8_t *braid__store_core_pending(braid__store_conn *k, size_t *len);
 void braid__store_core_consume(braid__store_conn *k, size_t n);
 int braid__store_core_dropped(const braid__store_conn *k);
 void braid__store_core_close(braid__store_core *c, braid__store_conn *k);
+/* Connections not dropped; *handshaking (may be NULL): how many of them
+   have not authenticated yet. */
+size_t braid__store_core_live(const braid__store_core *c, size_t *handshaking);
+/* Drops the connection that has spent longest in the handshake, answering it
+   BUSY (its client retries). 0, or -1 when none is in the handshake. */
+int braid__store_core_evict(braid__store_core *c, double now);
 /* Overrides the bounds (values <= 0 keep the current one). */
 void braid__store_core_limits(braid__store_core *c, double frame_timeout_s, double auth_timeout_s,
                               size_t max_total_bytes);

@@ -29,6 +29,8 @@
 #define DEF_FRAME_TIMEOUT 10.0
 #define DEF_AUTH_TIMEOUT 5.0
 #define DEF_MAX_CONNS 4096
+#define DEF_MAX_HANDSHAKE 512 /* connections not authenticated yet, within DEF_MAX_CONNS */
+#define ACCEPT_BATCH 64       /* connections accepted per listening socket per turn */
 #define DEF_MAX_BYTES ((size_t)1 << 30)
 #define ENTRY_OVERHEAD 64 /* accounted per key so many tiny keys are bounded too */
 #define OUT_GATE (64u << 10) /* no new request runs while this much output is unsent */
@@ -49,6 +51,7 @@ enum { K_HELLO, K_READY };
 
 struct braid__store_conn {
   braid__store_conn *prev, *next;
+  braid__store_conn *hs_prev, *hs_next; /* queue of connections in the handshake */
   int state;
   int dropped;
   int loopback;
@@ -76,6 +79,9 @@ struct braid__store_core {
   double frame_timeout, auth_timeout;
   uint64_t seed;
   braid__store_conn *conns;
+  braid__store_conn *hs_head, *hs_tail; /* in the handshake, oldest first */
+  size_t nlive;      /* connections not dropped */
+  size_t nhandshake; /* of those, the ones still in the handshake */
   int created; /* a key appeared since parked requests were last checked */
   double warn_at;        /* when the last per-connection warning was logged */
   unsigned warn_skipped; /* per-connection warnings left out since then */
@@ -237,7 +243,10 @@ void braid__store_core_limits(braid__store_core *c, double frame_timeout_s, doub
   if (max_total_bytes > 0) c->max_total_bytes = max_total_bytes;
 }
 
+static void drop(braid__store_core *c, braid__store_conn *k);
+
 void braid__store_core_close(braid__store_core *c, braid__store_conn *k) {
+  drop(c, k);
   if (k->prev)
     k->prev->next = k->next;
   else
@@ -266,15 +275,51 @@ void braid__store_core_free(braid__store_core *c) {
   free(c);
 }
 
-static void drop(braid__store_conn *k) {
+/* Connections still in the handshake wait in a queue, oldest first, so the
+   server can bound how many of them there are (braid__store_core_evict). */
+static void hs_unlink(braid__store_core *c, braid__store_conn *k) {
+  if (k->hs_prev)
+    k->hs_prev->hs_next = k->hs_next;
+  else
+    c->hs_head = k->hs_next;
+  if (k->hs_next)
+    k->hs_next->hs_prev = k->hs_prev;
+  else
+    c->hs_tail = k->hs_prev;
+  k->hs_prev = k->hs_next = NULL;
+  c->nhandshake--;
+}
+
+/* Leaves the live counts; the connection is closed once its output is sent. */
+static void drop(braid__store_core *c, braid__store_conn *k) {
+  if (!k->dropped) {
+    c->nlive--;
+    if (k->state == K_HELLO) hs_unlink(c, k);
+  }
   k->dropped = 1;
   k->parked = 0;
 }
 
-static void auth_fail(braid__store_conn *k, int reason) {
+static void auth_fail(braid__store_core *c, braid__store_conn *k, int reason) {
   size_t at = braid__proto_begin(&k->out, BRAID__PT_AUTH_FAIL, (uint8_t)reason, 0);
   braid__proto_end(&k->out, at);
-  drop(k);
+  drop(c, k);
+}
+
+size_t braid__store_core_live(const braid__store_core *c, size_t *handshaking) {
+  if (handshaking) *handshaking = c->nhandshake;
+  return c->nlive;
+}
+
+int braid__store_core_evict(braid__store_core *c, double now) {
+  braid__store_conn *k = c->hs_head;
+  if (!k) return -1;
+  conn_warn(c, now,
+            "store: dropped connection from %s: not authenticated after %.3f s, and a newer connection needs its "
+            "place",
+            k->peer, now - k->opened);
+  auth_fail(c, k, BRAID__PST_BUSY);
+  return 0;
 }
 
 braid__store_conn *braid__store_core_open(braid__store_core *c, int is_loopback, const char *peer, double now) {
@@ -288,23 +333,31 @@ braid__store_conn *braid__store_core_open(braid__store_core *c, int is_loopback,
   k->next = c->conns;
   if (c->conns) c->conns->prev = k;
   c->conns = k;
+  k->hs_prev = c->hs_tail;
+  if (c->hs_tail)
+    c->hs_tail->hs_next = k;
+  else
+    c->hs_head = k;
+  c->hs_tail = k;
+  c->nhandshake++;
+  c->nlive++;
   if (!c->token && !is_loopback) {
     conn_warn(c, now,
               "store: refused connection from %s: without a job token the store accepts loopback "
               "connections only (set BRAID_TOKEN to accept other hosts)",
               k->peer);
-    auth_fail(k, BRAID__PST_NOT_LOOPBACK);
+    auth_fail(c, k, BRAID__PST_NOT_LOOPBACK);
     return k;
   }
   if (c->token && braid__random_bytes(k->nonce, sizeof k->nonce) != 0) {
     BLOG_ERROR(BRAID_SUB_BOOT, -1, "store: no random bytes for the handshake with %s", k->peer);
-    drop(k);
+    drop(c, k);
     return k;
   }
   size_t at = braid__proto_begin(&k->out, BRAID__PT_S_HELLO, 0, 0);
   braid__proto_put_hello(&k->out, c->token ? BRAID__PROTO_FLAG_TOKEN : 0, k->nonce, NULL);
   braid__proto_end(&k->out, at);
-  if (k->out.oom) drop(k);
+  if (k->out.oom) drop(c, k);
   return k;
 }
 
@@ -314,14 +367,14 @@ static void on_hello(braid__store_core *c, braid__store_conn *k, const uint8_t *
   if (r == -1) {
     conn_warn(c, now, "store: dropped connection from %s: not a braid store client (bad hello)",
               k->peer);
-    drop(k);
+    drop(c, k);
     return;
   }
   if (r == -2) {
     conn_warn(c, now,
               "store: refused connection from %s: it speaks store protocol version %u, this store speaks %u",
               k->peer, (unsigned)h.version, (unsigned)BRAID__PROTO_VERSION);
-    auth_fail(k, BRAID__PST_VERSION);
+    auth_fail(c, k, BRAID__PST_VERSION);
     return;
   }
   int has = (h.flags & BRAID__PROTO_FLAG_TOKEN) != 0;
@@ -331,30 +384,31 @@ static void on_hello(braid__store_core *c, braid__store_conn *k, const uint8_t *
       conn_warn(c, now,
                 "store: refused connection from %s: it sent no job token (BRAID_TOKEN unset on that process?)",
                 k->peer);
-      auth_fail(k, BRAID__PST_NO_TOKEN);
+      auth_fail(c, k, BRAID__PST_NO_TOKEN);
       return;
     }
     uint8_t want[BRAID__HMAC_LEN];
     if (braid__store_auth_mac(c->token, c->token_len, 0, k->nonce, h.nonce, want) != 0 ||
         !braid__ct_equal(want, h.mac, sizeof want)) {
       conn_warn(c, now, "store: refused connection from %s: wrong job token", k->peer);
-      auth_fail(k, BRAID__PST_BAD_TOKEN);
+      auth_fail(c, k, BRAID__PST_BAD_TOKEN);
       return;
     }
     if (braid__store_auth_mac(c->token, c->token_len, 1, k->nonce, h.nonce, mac) != 0) {
-      drop(k);
+      drop(c, k);
       return;
     }
   } else if (has) {
     conn_warn(c, now,
               "store: refused connection from %s: it has a job token but this store was started without one",
               k->peer);
-    auth_fail(k, BRAID__PST_UNEXPECTED_TOKEN);
+    auth_fail(c, k, BRAID__PST_UNEXPECTED_TOKEN);
     return;
   }
   size_t at = braid__proto_begin(&k->out, BRAID__PT_AUTH_OK, 0, 0);
   braid__buf_put(&k->out, mac, sizeof mac);
   braid__proto_end(&k->out, at);
+  hs_unlink(c, k);
   k->state = K_READY;
   BLOG_DEBUG(BRAID_SUB_BOOT, -1, "store: %s authenticated", k->peer);
 }
@@ -397,7 +451,7 @@ static int try_wait(braid__store_core *c, braid__store_conn *k, const braid__pro
   braid__buf_u32(&k->out, q->nkeys);
   if (braid__buf_reserve(&k->out, q->nkeys) != 0) {
     BLOG_ERROR(BRAID_SUB_BOOT, -1, "store: out of memory replying to %s; dropping it", k->peer);
-    drop(k);
+    drop(c, k);
     return 1;
   }
   const uint8_t *kp = q->keys;
@@ -429,7 +483,7 @@ static int on_request(braid__store_core *c, braid__store_conn *k, const braid__p
     conn_warn(c, now, "store: dropped connection from %s: malformed request (type %u, %u bytes)",
               k->peer, (unsigned)h->type, (unsigned)h->len);
     reply_status(k, h, st);
-    drop(k);
+    drop(c, k);
     return 0;
   }
   if (st != BRAID__PST_OK) {
@@ -513,7 +567,7 @@ static void process(braid__store_core *c, braid__store_conn *k, double now) {
       conn_warn(c, now,
                 "store: dropped connection from %s: malformed frame header (length %u, limit %u)", k->peer,
                 (unsigned)h.len, (unsigned)max);
-      drop(k);
+      drop(c, k);
       break;
     }
     if (avail - BRAID__PROTO_HDR < h.len) break;
@@ -521,14 +575,14 @@ static void process(braid__store_core *c, braid__store_conn *k, double now) {
       if (h.type != BRAID__PT_C_HELLO) {
         conn_warn(c, now, "store: dropped connection from %s: request before authentication",
                   k->peer);
-        drop(k);
+        drop(c, k);
         break;
       }
       on_hello(c, k, p + BRAID__PROTO_HDR, h.len, now);
     } else if (h.type < BRAID__PT_SET || h.type > BRAID__PT_WAIT) {
       conn_warn(c, now, "store: dropped connection from %s: unknown request type %u", k->peer,
                 (unsigned)h.type);
-      drop(k);
+      drop(c, k);
       break;
     } else if (on_request(c, k, &h, p + BRAID__PROTO_HDR, now)) {
       break; /* parked: the frame stays buffered until it is answered */
@@ -537,7 +591,7 @@ static void process(braid__store_core *c, braid__store_conn *k, double now) {
   }
   if (k->out.oom) {
     BLOG_ERROR(BRAID_SUB_BOOT, -1, "store: out of memory replying to %s; dropping it", k->peer);
-    drop(k);
+    drop(c, k);
   }
   if (k->in_off == k->in_len) {
     k->in_off = k->in_len = 0;
@@ -576,7 +630,7 @@ int braid__store_core_feed(braid__store_core *c, braid__store_conn *k, const uin
     if (len && take == 0) {
       conn_warn(c, now, "store: dropped connection from %s: sent more than %zu bytes ahead", k->peer,
                 cap);
-      drop(k);
+      drop(c, k);
       return -1;
     }
     if (k->in_len + take > k->in_cap) {
@@ -586,7 +640,7 @@ int braid__store_core_feed(braid__store_core *c, braid__store_conn *k, const uin
       uint8_t *n = realloc(k->in, nc);
       if (!n) {
         BLOG_ERROR(BRAID_SUB_BOOT, -1, "store: out of memory reading from %s; dropping it", k->peer);
-        drop(k);
+        drop(c, k);
         return -1;
       }
       k->in = n;
@@ -611,13 +665,13 @@ double braid__store_core_tick(braid__store_core *c, double now) {
     if (k->state == K_HELLO && now >= k->opened + c->auth_timeout) {
       conn_warn(c, now, "store: dropped connection from %s: no authentication within %g s", k->peer,
                 c->auth_timeout);
-      drop(k);
+      drop(c, k);
       continue;
     }
     if (k->partial_since >= 0 && now >= k->partial_deadline) {
       conn_warn(c, now, "store: dropped connection from %s: incomplete frame for %.1f s", k->peer,
                 now - k->partial_since);
-      drop(k);
+      drop(c, k);
       continue;
     }
     if (k->parked && (created || now >= k->park_deadline)) {
@@ -629,7 +683,7 @@ double braid__store_core_tick(braid__store_core *c, double now) {
       if (try_wait(c, k, &h, &q, now >= k->park_deadline)) {
         if (k->out.oom) {
           BLOG_ERROR(BRAID_SUB_BOOT, -1, "store: out of memory replying to %s; dropping it", k->peer);
-          drop(k);
+          drop(c, k);
           continue;
         }
         k->parked = 0;
@@ -755,14 +809,19 @@ static int same_user(braid__store_server *s, int fd, const char *peer, double no
   return 1;
 }
 
+/* Takes at most ACCEPT_BATCH connections, so that clients already served
+   get their turn however fast new connections arrive. */
 static void do_accept(braid__store_server *s, int lfd, double now) {
-  for (;;) {
+  for (int tries = 0; tries < ACCEPT_BATCH; tries++) {
     struct sockaddr_storage ss;
     socklen_t sl = sizeof ss;
     int fd = accept4(lfd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
       if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        /* A connection still in the handshake gives its descriptor back
+           (closed in the next turn) before ranks are kept waiting. */
+        if (braid__store_core_evict(s->core, now) == 0) return;
         if (now - s->last_busy_log > 1.0) {
           BLOG_WARN(BRAID_SUB_BOOT, -1, "store: cannot accept connections: %s", strerror(errno));
           s->last_busy_log = now;
@@ -773,17 +832,25 @@ static void do_accept(braid__store_server *s, int lfd, double now) {
     }
     char peer[64];
     braid__sock_addr_format((struct sockaddr *)&ss, peer, sizeof peer);
-    if ((int)s->nslots >= s->max_conns) {
-      conn_warn(s->core, now, "store: refused connection from %s: %d connections already open", peer, s->max_conns);
-      refuse_at_once(fd, BRAID__PST_BUSY);
-      continue;
-    }
     int loopback = braid__sock_is_loopback((struct sockaddr *)&ss);
     /* Without a token any local user could reach the port: admit the
        store's own user only. */
     if (!s->core->token && loopback && !same_user(s, fd, peer, now)) {
       refuse_at_once(fd, BRAID__PST_OTHER_USER);
       continue;
+    }
+    /* Connections that have not authenticated yet have a small cap of their
+       own, and make way for newer ones (the oldest goes), so whoever keeps
+       opening connections without the token cannot take the places of ranks. */
+    size_t handshaking = 0;
+    size_t live = braid__store_core_live(s->core, &handshaking);
+    if (live >= (size_t)s->max_conns || handshaking >= DEF_MAX_HANDSHAKE) {
+      if (braid__store_core_evict(s->core, now) != 0) {
+        conn_warn(s->core, now, "store: refused connection from %s: %d connections already open", peer,
+                  s->max_conns);
+        refuse_at_once(fd, BRAID__PST_BUSY);
+        continue;
+      }
     }
     if (s->nslots == s->cap) {
       size_t nc = s->cap ? s->cap * 2 : 64;
@@ -898,7 +965,7 @@ static void *server_main(void *arg) {
       slot *sl = &s->slots[i];
       if (rev & (POLLIN | POLLHUP | POLLERR)) {
         if (do_read(s, sl, now) != 0) {
-          drop(sl->k); /* peer gone: the flush pass closes it */
+          drop(s->core, sl->k); /* peer gone: the flush pass closes it */
           continue;
         }
       }

@@ -38,6 +38,17 @@ static braid__store_server *start_server(const uint8_t *token) {
   return s;
 }
 
+/* A server with an authentication timeout and a connection cap (0: the
+   default), once its thread has picked them up. */
+static braid__store_server *start_limited(const uint8_t *token, double auth_s, int max_conns, int *port) {
+  braid__store_server *s = start_server(token);
+  if (!s) return NULL;
+  braid__store_server_set_limits(s, 0, auth_s, max_conns, 0);
+  *port = braid__store_server_port(s);
+  braid__sleep(0.05);
+  return s;
+}
+
 static braid__store *connect_to(int port, const uint8_t *token) {
   char err[512];
   braid__store *st = NULL;
@@ -946,8 +957,9 @@ static void flood_as_nobody(int in, int out) {
 }
 
 /* Another user connecting in a loop is refused each time; the store's own
-   rank is still served meanwhile: the store asks the kernel about one socket
-   per connection instead of reading its whole table. */
+   rank is still served meanwhile: the store takes a bounded number of new
+   connections per turn and asks the kernel about one socket per connection
+   instead of reading its whole table. */
 static int test_flood_other_user(void) {
   if (need_root()) return BT_SKIP;
   nobody nb[2];
@@ -977,6 +989,53 @@ static int test_flood_other_user(void) {
   /* Generous: without the bounds a read waits out the whole flood. */
   BT_CHECK(worst < 5.0, "a read took %.2f s while uid 65534 connected %s + %s times", worst, got[0], got[1]);
   braid__store_close(st);
+  braid__store_server_stop(srv);
+  return 0;
+}
+
+/* Strangers that connect and never authenticate cannot lock ranks out: they
+   count against a small cap of their own, past which the one waiting longest
+   is dropped, and a full store drops one of them for a rank that arrives. */
+static int test_handshake_flood(void) {
+  int port;
+  /* Long enough that the store's own timeout never frees a slot here. */
+  braid__store_server *srv = start_limited(TOKEN_A, 120, 64, &port);
+  BT_CHECK(srv, "server");
+  braid__store *early = connect_to(port, TOKEN_A);
+  BT_CHECK(early, "a rank connected before the flood");
+  enum { N = 200 };
+  int fds[N];
+  for (int i = 0; i < N; i++) {
+    fds[i] = raw_connect(port);
+    BT_CHECK(fds[i] >= 0, "stranger %d", i);
+  }
+  char err[512];
+  braid__store *late = NULL;
+  braid_status s = braid__store_connect("127.0.0.1", port, TOKEN_A, 32, braid__deadline(5), &late, err, sizeof err);
+  BT_CHECK(s == BRAID_OK, "a rank after %d unauthenticated connections: %s", N, err);
+  BT_CHECK(braid__store_set(late, "late", "1", 1) == BRAID_OK, "%s", braid__store_error(late));
+  BT_CHECK(braid__store_set(early, "early", "1", 1) == BRAID_OK, "an authenticated rank was dropped: %s",
+           braid__store_error(early));
+  BT_CHECK(raw_closed_within(fds[0], 5), "the oldest unauthenticated connection stays");
+  for (int i = 0; i < N; i++) close(fds[i]);
+  braid__store_close(late);
+  braid__store_close(early);
+  braid__store_server_stop(srv);
+  /* Default bounds: strangers hold a few hundred connections at most, far
+     below the 4096 ranks may open. */
+  srv = start_limited(TOKEN_A, 120, 0, &port);
+  BT_CHECK(srv, "server");
+  enum { M = 1200 };
+  static int many[M];
+  int open_ = 0;
+  for (; open_ < M; open_++) {
+    many[open_] = raw_connect(port);
+    if (many[open_] < 0) break;
+  }
+  BT_CHECK(open_ == M, "only %d of %d connections opened: %s", open_, M, strerror(errno));
+  BT_CHECK(raw_closed_within(many[0], 5), "the oldest of %d unauthenticated connections stays", M);
+  BT_CHECK(still_serves(port, TOKEN_A, "after-many") == 0, "a rank after %d unauthenticated connections", M);
+  for (int i = 0; i < open_; i++) close(many[i]);
   braid__store_server_stop(srv);
   return 0;
 }
@@ -1364,11 +1423,9 @@ static int test_slow_loris(void) {
 }
 
 static int test_max_connections(void) {
-  braid__store_server *srv = start_server(NULL);
+  int port;
+  braid__store_server *srv = start_limited(NULL, 0, 2, &port);
   BT_CHECK(srv, "server");
-  braid__store_server_set_limits(srv, 0, 0, 2, 0);
-  int port = braid__store_server_port(srv);
-  braid__sleep(0.05);
   braid__store *a = connect_to(port, NULL), *b = connect_to(port, NULL);
   BT_CHECK(a && b, "two connections");
   char err[512];
@@ -1621,6 +1678,7 @@ int main(int argc, char **argv) {
       {"other_user_refused", test_other_user_refused, 30},
       {"closed_owner_refused", test_closed_owner_refused, 30},
       {"flood_other_user", test_flood_other_user, 60},
+      {"handshake_flood", test_handshake_flood, 60},
       {"client_refuses_other_users_store", test_client_refuses_other_users_store, 30},
       {"loopback_only", test_loopback_only, 30},
       {"bind_no_fallback", test_bind_no_fallback, 30},

@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <ifaddrs.h>
+#include <math.h>
 #include <net/if.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -18,6 +19,7 @@
 #include <unistd.h>
 
 #include "core/log.h"
+#include "core/params.h"
 #include "core/status.h"
 #include "os/sock.h"
 #include "os/time.h"
@@ -82,6 +84,18 @@ struct braid__boot_shared {
   int world_rank, world_size;
 };
 
+/* How long a goodbye waits for the store's reply: the destroy timeout, or
+   its default where that is 0 (a failed communicator, a failed start), so
+   that a store that stopped answering holds braid_destroy for a bounded time
+   yet a slow one still hears the goodbye. */
+static double goodbye_bound(double timeout_s) {
+  if (timeout_s > 0) return timeout_s;
+  double def = 0;
+  char ignored[128];
+  (void)braid__param_parse_seconds(BRAID_P_DESTROY_TIMEOUT, NULL, &def, ignored, sizeof ignored);
+  return def;
+}
+
 /* Drops b's reference; the last one says goodbye (goodbye_timeout >= 0) and,
    when this process hosts the store, waits for the others' goodbyes first. */
 static void release(braid__boot *b, double goodbye_timeout) {
@@ -90,8 +104,12 @@ static void release(braid__boot *b, double goodbye_timeout) {
     if (goodbye_timeout >= 0 && b->store && sh->world_size > 1) {
       char key[32];
       snprintf(key, sizeof key, "exit/%d", sh->world_rank);
-      if (braid__store_set_prefix(b->store, b->job_prefix) != BRAID_OK ||
-          braid__store_set(b->store, key, "1", 1) != BRAID_OK)
+      braid__store_set_op_deadline(b->store, braid__now() + goodbye_bound(goodbye_timeout));
+      braid_status gs = braid__store_set_prefix(b->store, b->job_prefix);
+      if (!gs) gs = braid__store_set(b->store, key, "1", 1);
+      if (gs == BRAID_ERR_TIMEOUT)
+        BLOG_WARN(BRAID_SUB_BOOT, sh->world_rank, "left without saying goodbye: %s", braid__store_error(b->store));
+      else if (gs)
         BLOG_DEBUG(BRAID_SUB_BOOT, sh->world_rank, "could not say goodbye to the store: %s",
                    braid__store_error(b->store));
       if (sh->srv && goodbye_timeout > 0) {
@@ -242,7 +260,16 @@ static braid_status connect_store(braid__boot *b, const uint8_t *tok, size_t tok
       braid__store_connect(env->store_host, env->store_port, tok, toklen, deadline, &b->store, why, sizeof why);
   if (!st && (st = braid__store_set_prefix(b->store, b->prefix)))
     snprintf(why, sizeof why, "%s", braid__store_error(b->store));
-  if (!st) return BRAID_OK;
+  if (!st) {
+    /* A store that takes connections but stops answering must not hold a
+       start for the client's default op timeout: the requests of this start
+       end by its deadline, and any later one without a bound of its own (the
+       steps after the rendezvous, split children, which inherit it) waits at
+       most the init timeout. */
+    if (env->init_timeout_s > 0) braid__store_set_op_timeout(b->store, env->init_timeout_s);
+    braid__store_set_op_deadline(b->store, deadline);
+    return BRAID_OK;
+  }
   /* When rank 0 hosts the store, nothing at all answering means rank 0 is the one missing. */
   int rank0_missing = st == BRAID_ERR_TIMEOUT && env->store_owner == BRAID__STORE_RANK0 && b->rank != 0;
   const char *hint = loopback_only_hint(env) ? "; without BRAID_TOKEN the store accepts loopback connections only" : "";
@@ -444,6 +471,11 @@ static braid_status world_start(int rank, int size, const braid__launch_env *env
   }
   int told = 0, origin = -1, ost = 0;
   st = wait_all(b, size, deadline, present, &told, &origin, &ost, why, sizeof why);
+  if (st == BRAID_ERR_TIMEOUT && !told && !present[rank]) {
+    /* This rank registered, so the store did not answer: no rank is missing. */
+    free(present);
+    goto store_error;
+  }
   if (told) {
     free(present);
     /* Rank 0 keeps the store up until the others have read why. */
@@ -482,12 +514,18 @@ static braid_status world_start(int rank, int size, const braid__launch_env *env
   }
   BLOG_INFO(BRAID_SUB_BOOT, rank, "rendezvous of %d ranks at %s done in %.3f s: local rank %d of %d, keys under %s",
             size, where, braid__now() - t0, b->local_rank, b->local_size, b->prefix);
+  braid__store_set_op_deadline(b->store, INFINITY); /* later steps: the op timeout each */
   *out = b;
   return BRAID_OK;
 
 store_error:
   snprintf(why, sizeof why, "%s", b->store ? braid__store_error(b->store) : "");
+  double bound = b->store ? braid__store_op_timeout(b->store) : 0;
   free_boot(b);
+  if (st == BRAID_ERR_TIMEOUT)
+    return braid__errf(BRAID_ERR_BOOTSTRAP, err, errlen,
+                       "the store at %s (from %s) did not answer within %g s during the rendezvous", where,
+                       env->store_from, bound);
   return braid__errf(st == BRAID_ERR_NO_MEMORY ? st : BRAID_ERR_BOOTSTRAP, err, errlen,
               "lost the store at %s during rendezvous: %s", where, why[0] ? why : braid_status_string(st));
 }

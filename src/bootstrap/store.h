@@ -62,9 +62,15 @@ braid_status braid__store_clone(const braid__store *st, double deadline, braid__
 braid_status braid__store_set_prefix(braid__store *st, const char *prefix);
 const char *braid__store_error(const braid__store *st);
 /* How long SET, ADD, CAS and DELETE (which take no deadline) wait for their
-   reply: default 300 s; 0 waits forever. */
+   reply: default 300 s; 0 waits forever. A request that gets none in time
+   fails with BRAID_ERR_TIMEOUT, "the store at host:port did not answer within
+   N s (store set "key")", and the connection stays usable. */
 void braid__store_set_op_timeout(braid__store *st, double timeout_s);
 double braid__store_op_timeout(const braid__store *st);
+/* An absolute monotonic time by which those requests end as well, whatever
+   the op timeout says (a start's deadline); INFINITY (the default) removes it.
+   Clones do not inherit it. */
+void braid__store_set_op_deadline(braid__store *st, double deadline);
 
 braid_status braid__store_set(braid__store *st, const char *key, const void *val, size_t len);
 /* Blocks until key exists or the deadline passes (BRAID_ERR_TIMEOUT). *val is malloc'd; free it. */

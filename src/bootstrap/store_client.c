@@ -34,6 +34,7 @@ struct braid__store {
   size_t prefix_len;
   uint32_t seq;
   double op_timeout;
+  double op_cap; /* absolute end of every request without a deadline of its own; INFINITY: none */
   char err[512];
 };
 
@@ -334,6 +335,7 @@ static braid__store *new_store(const char *host, int port, const uint8_t *token,
   st->fd = -1;
   st->port = port;
   st->op_timeout = DEF_OP_TIMEOUT;
+  st->op_cap = INFINITY;
   st->host = strdup(host);
   st->prefix = strdup("");
   if (token && token_len) {
@@ -416,11 +418,22 @@ const char *braid__store_error(const braid__store *st) { return st ? st->err : "
 
 void braid__store_set_op_timeout(braid__store *st, double timeout_s) { st->op_timeout = timeout_s; }
 double braid__store_op_timeout(const braid__store *st) { return st->op_timeout; }
+void braid__store_set_op_deadline(braid__store *st, double deadline) { st->op_cap = deadline; }
 
 /* ---- requests ----------------------------------------------------------- */
 
 static double op_deadline(const braid__store *st) {
-  return st->op_timeout > 0 ? braid__now() + st->op_timeout : INFINITY;
+  double d = st->op_timeout > 0 ? braid__now() + st->op_timeout : INFINITY;
+  return d < st->op_cap ? d : st->op_cap;
+}
+
+/* A request without a deadline of its own got no reply in time (t0: when it
+   was sent): the sentence names the store first, then the request. */
+static braid_status no_answer(braid__store *st, const char *op, const char *key, double t0) {
+  char k[160];
+  show_key(key, k, sizeof k);
+  return seterr(st, BRAID_ERR_TIMEOUT, "the store at %s did not answer within %.3g s (store %s \"%s\")", st->hp,
+                braid__now() - t0, op, k);
 }
 
 static uint32_t timeout_ms(double deadline) {
@@ -561,10 +574,10 @@ braid_status braid__store_set(braid__store *st, const char *key, const void *val
   braid__buf_str(&b, val, (uint32_t)len);
   braid__proto_hdr h;
   uint8_t *p;
+  double t0 = braid__now();
   s = transact(st, &b, at, BRAID__PT_SET, op_deadline(st), NAN, &h, &p);
   braid__buf_free(&b);
-  if (s == BRAID_ERR_TIMEOUT && !st->lost)
-    return seterr(st, s, "store set \"%s\": no reply from the store at %s within %g s", key, st->hp, st->op_timeout);
+  if (s == BRAID_ERR_TIMEOUT && !st->lost) return no_answer(st, "set", key, t0);
   if (s != BRAID_OK) return s;
   free(p);
   return h.status == BRAID__PST_OK ? BRAID_OK : reply_error(st, h.status, "set", key);
@@ -648,10 +661,10 @@ braid_status braid__store_add(braid__store *st, const char *key, int64_t delta, 
   braid__buf_u64(&b, (uint64_t)delta);
   braid__proto_hdr h;
   uint8_t *p;
+  double t0 = braid__now();
   s = transact(st, &b, at, BRAID__PT_ADD, op_deadline(st), NAN, &h, &p);
   braid__buf_free(&b);
-  if (s == BRAID_ERR_TIMEOUT && !st->lost)
-    return seterr(st, s, "store add \"%s\": no reply from the store at %s within %g s", key, st->hp, st->op_timeout);
+  if (s == BRAID_ERR_TIMEOUT && !st->lost) return no_answer(st, "add", key, t0);
   if (s != BRAID_OK) return s;
   if (h.status != BRAID__PST_OK) {
     free(p);
@@ -683,10 +696,10 @@ braid_status braid__store_cas(braid__store *st, const char *key, const void *exp
   braid__buf_str(&b, desired, (uint32_t)dlen);
   braid__proto_hdr h;
   uint8_t *p;
+  double t0 = braid__now();
   s = transact(st, &b, at, BRAID__PT_CAS, op_deadline(st), NAN, &h, &p);
   braid__buf_free(&b);
-  if (s == BRAID_ERR_TIMEOUT && !st->lost)
-    return seterr(st, s, "store cas \"%s\": no reply from the store at %s within %g s", key, st->hp, st->op_timeout);
+  if (s == BRAID_ERR_TIMEOUT && !st->lost) return no_answer(st, "cas", key, t0);
   if (s != BRAID_OK) return s;
   if (h.status != BRAID__PST_OK) {
     free(p);
@@ -721,11 +734,10 @@ braid_status braid__store_delete(braid__store *st, const char *key, int *existed
   put_key(st, &b, key);
   braid__proto_hdr h;
   uint8_t *p;
+  double t0 = braid__now();
   s = transact(st, &b, at, BRAID__PT_DELETE, op_deadline(st), NAN, &h, &p);
   braid__buf_free(&b);
-  if (s == BRAID_ERR_TIMEOUT && !st->lost)
-    return seterr(st, s, "store delete \"%s\": no reply from the store at %s within %g s", key, st->hp,
-                  st->op_timeout);
+  if (s == BRAID_ERR_TIMEOUT && !st->lost) return no_answer(st, "delete", key, t0);
   if (s != BRAID_OK) return s;
   if (h.status != BRAID__PST_OK) {
     free(p);

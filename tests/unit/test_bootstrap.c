@@ -2,15 +2,19 @@
    external store, a rank that never starts (the timeout message), two jobs on
    one store, a busy store port, an unreachable store, split namespaces, the
    failure-spread keys (set, and a peek that a stuck or vanished store cannot
-   hold up), and a world of one, which needs no store at all. */
+   hold up), and a world of one, which needs no store at all. A store that
+   stops answering bounds init, destroy and every store request. */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "bootstrap/bootstrap.h"
+#include "bootstrap/store_proto.h"
 #include "harness.h"
 #include "os/sock.h"
 #include "os/time.h"
@@ -559,12 +563,226 @@ static int test_default_backend(void) {
   return 0;
 }
 
+/* Launcher variables of rank of n, as braidrun's: the store at host:port,
+   external with s's token and a job id of its own when s is given, else
+   hosted by rank 0 without a token. */
+static void rank_env(int rank, int n, const char *host, int port, const bt_store *s, const char *job_id) {
+  char v[300];
+  snprintf(v, sizeof v, "%d", rank);
+  setenv("BRAID_RANK", v, 1);
+  snprintf(v, sizeof v, "%d", n);
+  setenv("BRAID_WORLD_SIZE", v, 1);
+  snprintf(v, sizeof v, "%s:%d", host, s ? s->port : port);
+  setenv("BRAID_STORE", v, 1);
+  if (s) {
+    setenv("BRAID_STORE_EXTERNAL", "1", 1);
+    setenv("BRAID_TOKEN", s->token_hex, 1);
+    snprintf(v, sizeof v, "%s-%s", s->job_id, job_id);
+    setenv("BRAID_JOB_ID", v, 1);
+  } else {
+    unsetenv("BRAID_STORE_EXTERNAL");
+    unsetenv("BRAID_TOKEN");
+    unsetenv("BRAID_JOB_ID");
+  }
+  unsetenv("BRAID_LOCAL_RANK");
+  unsetenv("BRAID_LOCAL_SIZE");
+}
+
+/* A store that proves it holds the token and then answers nothing: a store
+   host that stopped, or was cut off, once its clients were connected. Serves
+   listener lfd until killed. */
+static void mute_store(int lfd, const uint8_t tok[BRAID__TOKEN_LEN]) {
+  braid__store_core *core = braid__store_core_new(tok, BRAID__TOKEN_LEN);
+  for (;;) {
+    int fd = accept(lfd, NULL, NULL);
+    if (fd < 0 || !core) continue;
+    braid__store_conn *k = braid__store_core_open(core, 1, "client", braid__now());
+    size_t n = 0;
+    const uint8_t *out = braid__store_core_pending(k, &n);
+    if (braid__sock_write_full(fd, out, n, braid__deadline(5)) != BRAID__SOCK_OK) continue;
+    braid__store_core_consume(k, n);
+    uint8_t hello[BRAID__PROTO_HDR + BRAID__PROTO_CHELLO_LEN];
+    if (braid__sock_read_full(fd, hello, sizeof hello, braid__deadline(5)) != BRAID__SOCK_OK ||
+        braid__store_core_feed(core, k, hello, sizeof hello, braid__now()) != 0)
+      continue;
+    out = braid__store_core_pending(k, &n); /* AUTH_OK; then silence, the connection left open */
+    (void)braid__sock_write_full(fd, out, n, braid__deadline(5));
+  }
+}
+
+/* braid_init at a store that authenticates and then never answers ends by
+   BRAID_INIT_TIMEOUT, not by the store client's default op timeout, and
+   says which store did not answer; with the local rank given (the
+   registration's CAS) and derived (its ADD first). */
+static int test_init_mute_store(void) {
+  uint8_t tok[BRAID__TOKEN_LEN];
+  for (int i = 0; i < BRAID__TOKEN_LEN; i++) tok[i] = (uint8_t)(i * 7 + 1);
+  int lfd = -1, port = 0;
+  char err[256];
+  BT_CHECK(braid__listen_range("127.0.0.1", 0, 0, 0, 16, &lfd, &port, err, sizeof err) == BRAID_OK, "%s", err);
+  BT_CHECK(fcntl(lfd, F_SETFL, fcntl(lfd, F_GETFL) & ~O_NONBLOCK) == 0, "blocking listener");
+  fflush(NULL);
+  pid_t pid = fork();
+  BT_CHECK(pid >= 0, "fork");
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL); /* gone with the case, even when it is killed at its timeout */
+    mute_store(lfd, tok);
+    _exit(0);
+  }
+  close(lfd);
+  bt_store fake = {.pid = pid, .port = port};
+  braid__token_format(tok, fake.token_hex);
+  snprintf(fake.job_id, sizeof fake.job_id, "mute");
+  int rc = 0;
+  for (int derive = 0; derive < 2 && !rc; derive++) {
+    rank_env(1, 2, "127.0.0.1", 0, &fake, derive ? "derived" : "given");
+    if (!derive) {
+      setenv("BRAID_LOCAL_RANK", "1", 1);
+      setenv("BRAID_LOCAL_SIZE", "2", 1);
+    }
+    setenv("BRAID_INIT_TIMEOUT", "2", 1);
+    setenv("BRAID_BACKEND", "shm", 1);
+    braid_comm *c = NULL;
+    double t0 = braid__now();
+    braid_status st = braid_init(NULL, &c);
+    double dt = braid__now() - t0;
+    const char *m = braid_last_error(NULL);
+    char want[96];
+    snprintf(want, sizeof want, "braid_init: the store at 127.0.0.1:%d", port);
+    printf("local rank %s: %s after %.2f s: %s\n", derive ? "derived" : "given", braid_status_string(st), dt, m);
+    if (st != BRAID_ERR_BOOTSTRAP || !strstr(m, want) || !strstr(m, "did not answer") || !strstr(m, "(rank 1)") ||
+        dt > 15) {
+      bt_report(__FILE__, __LINE__, "expected BRAID_ERR_BOOTSTRAP within 15 s naming the store and rank 1");
+      rc = 1;
+    }
+    if (!st) braid_destroy(c);
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+  return rc;
+}
+
+/* Stops s's process (SIGSTOP: its connections stay up, nothing answers)
+   and waits until it has stopped. */
+static int stop_store(const bt_store *s) {
+  char path[64], buf[256];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)s->pid);
+  if (kill(s->pid, SIGSTOP) != 0) return -1;
+  for (int i = 0; i < 5000; i++) {
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    if (f) fclose(f);
+    buf[n] = 0;
+    const char *p = strrchr(buf, ')');
+    if (p && (p[2] == 'T' || p[2] == 't')) return 0;
+    usleep(1000);
+  }
+  return -1;
+}
+
+typedef struct {
+  const bt_store *s;
+  _Atomic int *w;
+} stuck_case;
+
+/* Called by every rank once it is ready: rank 0 then stops the store, and
+   each returns 0 once it has stopped. */
+static int stuck_sync(const stuck_case *k, int rank, int n) {
+  atomic_fetch_add(k->w, 1);
+  if (rank == 0) {
+    BT_CHECK(bt_await(k->w, n, 30), "the other rank did not get ready");
+    BT_CHECK(stop_store(k->s) == 0, "the store did not stop");
+    atomic_fetch_add(k->w, 1);
+  }
+  BT_CHECK(bt_await(k->w, n + 1, 30), "the store was not stopped");
+  return 0;
+}
+
+/* Runs body on two ranks that meet at a store of their own (stuck_case);
+   the store resumes and stops after the run. */
+static int run_stuck(bt_body body, const char *what) {
+  bt_store s;
+  BT_CHECK(bt_store_start(&s) == 0, "store");
+  stuck_case k = {&s, bt_shared_counter()};
+  BT_CHECK(k.w, "shared counter");
+  bt_run_opts o = {NULL, 2, 40, NULL, -1};
+  int rc = bt_run_ranks_ex(&o, body, &k, NULL);
+  kill(s.pid, SIGCONT);
+  bt_store_stop(&s);
+  bt_shared_free(k.w);
+  BT_CHECK(rc == 0, "%s with the store stopped", what);
+  return 0;
+}
+
+/* Both ranks have a communicator; rank 0 stops the store; both destroy. */
+static int body_destroy_stuck(braid_comm *unused, int rank, int n, void *arg) {
+  (void)unused;
+  const stuck_case *k = arg;
+  rank_env(rank, n, "127.0.0.1", 0, k->s, "destroy");
+  setenv("BRAID_BACKEND", "shm", 1);
+  setenv("BRAID_DESTROY_TIMEOUT", "1", 1);
+  braid_comm *c = NULL;
+  BT_CHECK_OK(braid_init(NULL, &c), NULL);
+  BT_CHECK_OK(braid_barrier(c), c);
+  if (stuck_sync(k, rank, n)) return 1;
+  double t0 = braid__now();
+  braid_status st = braid_destroy(c);
+  double dt = braid__now() - t0;
+  printf("[rank %d] braid_destroy with the store stopped: %s after %.2f s\n", rank, braid_status_string(st), dt);
+  BT_CHECK(st == BRAID_OK, "braid_destroy: %s", braid_status_string(st));
+  /* BRAID_DESTROY_TIMEOUT=1: the bound is for a loaded machine. */
+  BT_CHECK(dt < 15, "braid_destroy took %.2f s with the store stopped", dt);
+  return 0;
+}
+
+/* braid_destroy's goodbye to a store that stopped answering is bounded by
+   the destroy timeout. */
+static int test_destroy_stuck_store(void) { return run_stuck(body_destroy_stuck, "destroy"); }
+
+/* After the rendezvous a store request without a deadline of its own (the
+   settings' comparison, a backend's address, a split's) waits at most the
+   init timeout, on the world's connection and on a split child's. */
+static int body_requests_bounded(braid_comm *unused, int rank, int n, void *arg) {
+  (void)unused;
+  const stuck_case *k = arg;
+  job j = {n, k->s->port, k->s->token_hex, k->s->job_id, 1, "2", NULL, -1, 0, NULL};
+  braid__boot *b = NULL, *child = NULL;
+  char err[512] = "";
+  int detected = 0;
+  BT_CHECK(boot_rank(&j, rank, &b, err, sizeof err, &detected) == BRAID_OK, "rendezvous: %s", err);
+  BT_CHECK(braid__bootstrap_split(b, rank, n, 0x55, &child, err, sizeof err) == BRAID_OK, "split: %s", err);
+  if (stuck_sync(k, rank, n)) return 1;
+  char where[64];
+  snprintf(where, sizeof where, "the store at 127.0.0.1:%d did not answer", k->s->port);
+  braid__boot *boots[2] = {b, child};
+  for (int i = 0; i < 2; i++) {
+    double t0 = braid__now();
+    braid_status st = braid__store_set(boots[i]->store, "late", "x", 1);
+    double dt = braid__now() - t0;
+    const char *m = braid__store_error(boots[i]->store);
+    BT_CHECK(st == BRAID_ERR_TIMEOUT, "%s: a set at a stopped store gave %s", i ? "child" : "world",
+             braid_status_string(st));
+    BT_CHECK(strstr(m, where), "message lacks \"%s\": %s", where, m);
+    /* BRAID_INIT_TIMEOUT=2: the bound is for a loaded machine. */
+    BT_CHECK(dt < 15, "a set at a stopped store took %.2f s", dt);
+  }
+  double t0 = braid__now();
+  braid__bootstrap_free(child, 1.0);
+  braid__bootstrap_free(b, 1.0);
+  BT_CHECK(braid__now() - t0 < 15, "freeing took %.2f s", braid__now() - t0);
+  return 0;
+}
+
+static int test_requests_after_rendezvous_bounded(void) { return run_stuck(body_requests_bounded, "store requests"); }
+
 int main(int argc, char **argv) {
   static const bt_case cases[] = {
       BT_CASE(test_rank0_hosts),        BT_CASE(test_external_store),  BT_CASE(test_missing_rank_times_out),
       BT_CASE(test_two_jobs_one_store), BT_CASE(test_store_port_busy), BT_CASE(test_store_unreachable),
       BT_CASE(test_bad_ifname_fails_at_once), BT_CASE(test_world_of_one), BT_CASE(test_peek_stuck_store),
       BT_CASE(test_default_backend), BT_CASE(test_split_store_gone), BT_CASE(test_slurm_tasks_per_node_bounds),
+      {"test_init_mute_store", test_init_mute_store, 60}, {"test_destroy_stuck_store", test_destroy_stuck_store, 60},
+      {"test_requests_after_rendezvous_bounded", test_requests_after_rendezvous_bounded, 60},
   };
   return bt_main(argc, argv, cases, BT_COUNT(cases));
 }

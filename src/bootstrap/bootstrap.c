@@ -383,9 +383,12 @@ static braid_status world_start(int rank, int size, const braid__launch_env *env
   }
 
   if (b->hosting) {
-    /* A loopback address is bound as such; otherwise every interface (which the
-       store narrows to loopback when there is no token). */
-    const char *bind_host = braid__host_is_loopback(env->store_host) ? env->store_host : NULL;
+    /* With a token, a loopback address is bound as such, anything else on
+       every interface. Without one the store listens on loopback only, and
+       it is given the name: it resolves it as the ranks will and binds its
+       addresses when all are loopback (a host name that /etc/hosts maps to
+       127.0.1.1), else 127.0.0.1 and ::1, saying why. */
+    const char *bind_host = !tok || braid__host_is_loopback(env->store_host) ? env->store_host : NULL;
     why[0] = 0;
     st = braid__store_server_start(bind_host, env->store_port, tok, toklen, &b->shared->srv, why, sizeof why);
     if (st) {
@@ -396,11 +399,6 @@ static braid_status world_start(int rank, int size, const braid__launch_env *env
                   where, env->store_from, why[0] ? why : braid_status_string(st),
                   strstr(env->store_from, "MASTER") ? " or MASTER_PORT" : "");
     }
-    if (loopback_only_hint(env) && size > 1)
-      BLOG_WARN(BRAID_SUB_BOOT, rank,
-                "no BRAID_TOKEN: the store at %s accepts loopback connections only, so ranks on other hosts "
-                "cannot join; give every rank the same BRAID_TOKEN (64 hex digits) for a multi-host job",
-                where);
     BLOG_INFO(BRAID_SUB_BOOT, rank, "hosting the store at %s (%s)", where,
               tok ? "token required" : "loopback only, no token");
   }

@@ -3,12 +3,17 @@
    one store, a busy store port, an unreachable store, split namespaces, the
    failure-spread keys (set, and a peek that a stuck or vanished store cannot
    hold up), and a world of one, which needs no store at all. A store that
-   stops answering bounds init, destroy and every store request. */
+   stops answering bounds init, destroy and every store request; a store
+   host name that resolves to a loopback address other than 127.0.0.1 is
+   served where the ranks dial it. */
 #include <errno.h>
 #include <fcntl.h>
+#include <netdb.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -775,6 +780,65 @@ static int body_requests_bounded(braid_comm *unused, int rank, int n, void *arg)
 
 static int test_requests_after_rendezvous_bounded(void) { return run_stuck(body_requests_bounded, "store requests"); }
 
+#define LOOPHOST "braid-test-loophost"
+
+static int body_loophost(braid_comm *unused, int rank, int n, void *arg) {
+  (void)unused;
+  rank_env(rank, n, LOOPHOST, *(const int *)arg, NULL, NULL);
+  setenv("BRAID_BACKEND", "shm", 1);
+  setenv("BRAID_INIT_TIMEOUT", "10", 1);
+  braid_comm *c = NULL;
+  BT_CHECK_OK(braid_init(NULL, &c), NULL);
+  int x = rank + 1;
+  BT_CHECK_OK(braid_all_reduce(c, &x, 1, BRAID_I32, BRAID_SUM), c);
+  BT_CHECK(x == n * (n + 1) / 2, "sum %d", x);
+  BT_CHECK_OK(braid_destroy(c), NULL);
+  return 0;
+}
+
+/* A single-host job without a token whose store host name resolves to a
+   loopback address other than 127.0.0.1 (Debian's /etc/hosts maps the host
+   name to 127.0.1.1; MASTER_ADDR=$(hostname) is common): rank 0's store
+   listens where the ranks dial. A private mount namespace gives this
+   process such an /etc/hosts. */
+static int test_store_name_on_other_loopback(void) {
+  if (geteuid() != 0) {
+    printf("skipped: needs root for a private mount namespace with its own /etc/hosts\n");
+    return BT_SKIP;
+  }
+  if (unshare(CLONE_NEWNS) != 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0) {
+    printf("skipped: no private mount namespace here: %s\n", strerror(errno));
+    return BT_SKIP;
+  }
+  char hosts[64];
+  snprintf(hosts, sizeof hosts, "/tmp/braid-test-hosts-%d", (int)getpid());
+  FILE *f = fopen(hosts, "w");
+  BT_CHECK(f, "%s: %s", hosts, strerror(errno));
+  fprintf(f, "127.0.0.1 localhost\n::1 localhost ip6-localhost\n127.0.1.1 " LOOPHOST "\n");
+  fclose(f);
+  if (mount(hosts, "/etc/hosts", NULL, MS_BIND, NULL) != 0) {
+    printf("skipped: cannot mount over /etc/hosts: %s\n", strerror(errno));
+    unlink(hosts);
+    return BT_SKIP;
+  }
+  struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res = NULL;
+  int g = getaddrinfo(LOOPHOST, NULL, &hints, &res);
+  int resolved = !g && res && ((struct sockaddr_in *)(void *)res->ai_addr)->sin_addr.s_addr == htonl(0x7f000101);
+  if (res) freeaddrinfo(res);
+  int rc = BT_SKIP;
+  if (!resolved) {
+    printf("skipped: " LOOPHOST " does not resolve through /etc/hosts to 127.0.1.1 here\n");
+  } else {
+    int port = bt_free_port();
+    bt_run_opts o = {NULL, 2, 40, NULL, -1};
+    rc = bt_run_ranks_ex(&o, body_loophost, &port, NULL);
+    if (rc) bt_report(__FILE__, __LINE__, "two ranks at a store named " LOOPHOST " (127.0.1.1), no token");
+  }
+  umount("/etc/hosts");
+  unlink(hosts);
+  return rc;
+}
+
 int main(int argc, char **argv) {
   static const bt_case cases[] = {
       BT_CASE(test_rank0_hosts),        BT_CASE(test_external_store),  BT_CASE(test_missing_rank_times_out),
@@ -783,6 +847,7 @@ int main(int argc, char **argv) {
       BT_CASE(test_default_backend), BT_CASE(test_split_store_gone), BT_CASE(test_slurm_tasks_per_node_bounds),
       {"test_init_mute_store", test_init_mute_store, 60}, {"test_destroy_stuck_store", test_destroy_stuck_store, 60},
       {"test_requests_after_rendezvous_bounded", test_requests_after_rendezvous_bounded, 60},
+      {"test_store_name_on_other_loopback", test_store_name_on_other_loopback, 60},
   };
   return bt_main(argc, argv, cases, BT_COUNT(cases));
 }

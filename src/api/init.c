@@ -173,13 +173,22 @@ static braid_status agree_settings(braid_comm *c, const braid__backend *ops) {
   return BRAID_OK;
 }
 
-/* A rank whose own rank or the world size cannot be read (a launcher's
-   variable broken or out of range on this rank) meets no one. When the rest
-   of its environment reads with that value supplied (so it was the fault),
-   it tells the ranks of its job why, so that they fail now instead of at
-   BRAID_INIT_TIMEOUT: without a rank, to the world of its size; without a
-   size, under a namespace of the job that does not name one. */
-static void tell_unstarted(const braid__env_overrides *ov, unsigned flags, braid_status st, const char *why) {
+/* A rank whose environment does not read meets no one. When enough of it
+   reads to reach the others' store, it tells them why, so that they fail now
+   instead of at BRAID_INIT_TIMEOUT (braid__bootstrap_tell_failed). failed is
+   what the failed detection read: when only a setting of this rank's own was
+   wrong, to its world as its rank. When its own rank or the world size cannot
+   be read (a launcher's variable broken or out of range on this rank), and
+   the rest reads with that value supplied (so it was the fault): without a
+   rank, to the world of its size; without a size, under a namespace of the
+   job that does not name one. */
+static void tell_unstarted(const braid__env_overrides *ov, unsigned flags, const braid__launch_env *failed,
+                           braid_status st, const char *why) {
+  if (failed->got == BRAID__ENV_GOT_STORE) {
+    if (failed->world_size > 1 && failed->store_owner != BRAID__STORE_NONE)
+      braid__bootstrap_tell_failed(failed->rank, failed->world_size, failed, st, why);
+    return;
+  }
   braid__env_overrides o = *ov;
   braid__launch_env env;
   char err[BRAID_ERRLEN];
@@ -187,7 +196,7 @@ static void tell_unstarted(const braid__env_overrides *ov, unsigned flags, braid
     o.rank = 0;
     if (braid__env_detect(braid__env_getenv, NULL, &o, flags, &env, err, sizeof err) == BRAID_OK) {
       if (env.world_size > 1 && env.store_owner != BRAID__STORE_NONE)
-        braid__bootstrap_tell_unranked(env.world_size, &env, st, why);
+        braid__bootstrap_tell_failed(-1, env.world_size, &env, st, why);
       return;
     }
     o.rank = ov->rank;
@@ -196,7 +205,7 @@ static void tell_unstarted(const braid__env_overrides *ov, unsigned flags, braid
   o.world_size = INT_MAX; /* admits any rank */
   if (braid__env_detect(braid__env_getenv, NULL, &o, flags, &env, err, sizeof err) == BRAID_OK &&
       env.store_owner != BRAID__STORE_NONE)
-    braid__bootstrap_tell_unsized(env.rank, &env, st, why);
+    braid__bootstrap_tell_failed(env.rank, 0, &env, st, why);
 }
 
 braid_status braid_init(const braid_config *cfg, braid_comm **out) {
@@ -235,8 +244,8 @@ braid_status braid_init(const braid_config *cfg, braid_comm **out) {
   }
   st = braid__env_detect(braid__env_getenv, NULL, &ov, flags, &env, err, sizeof err);
   if (st) {
-    tell_unstarted(&ov, flags, st, err);
-    return init_fail(st, -1, "%s", err);
+    tell_unstarted(&ov, flags, &env, st, err);
+    return init_fail(st, env.got ? env.rank : -1, "%s", err); /* the rank, when it was read */
   }
   if (by_default) {
     name = env.world_size == 1 ? "self" : "shm";

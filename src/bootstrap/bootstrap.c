@@ -528,32 +528,44 @@ store_error:
               "lost the store at %s during rendezvous: %s", where, why[0] ? why : braid_status_string(st));
 }
 
+/* A listener's failure on BRAID_ADDR names the variable. */
+static void name_addr(const char *addr, char *err, size_t errlen) {
+  char why[384];
+  snprintf(why, sizeof why, "%s", err);
+  snprintf(err, errlen, "BRAID_ADDR=\"%s\": %s", addr, why);
+}
+
 braid_status braid__bootstrap_world(int rank, int size, const braid__launch_env *env, braid__boot **out, char *err,
                                     size_t errlen) {
-  /* A wrong interface name fails now, not when a backend first listens
-     (the others are told). */
+  /* A wrong interface name, or an address that is not this host's, fails
+     now, not when a backend first listens (the others are told). */
   braid_status early = BRAID_OK;
   char early_why[512] = "";
   if (env->ifname[0]) {
     char a[64];
     early = braid__iface_addr(env->ifname, a, sizeof a, early_why, sizeof early_why);
+  } else if (env->addr[0]) {
+    int fd = -1, port = 0;
+    early = braid__listen_range(env->addr, 0, 0, 0, 1, &fd, &port, early_why, sizeof early_why);
+    if (!early) close(fd);
+    else name_addr(env->addr, early_why, sizeof early_why);
+    if (early == BRAID_ERR_BOOTSTRAP) early = BRAID_ERR_INVALID_ARG; /* not this host's: a wrong setting */
   }
   return world_start(rank, size, env, early, early_why, out, err, errlen);
 }
 
-void braid__bootstrap_tell_unranked(int size, const braid__launch_env *env, braid_status st, const char *why) {
+void braid__bootstrap_tell_failed(int rank, int size, const braid__launch_env *env, braid_status st,
+                                  const char *why) {
   char host[256], text[640];
-  this_host(host);
-  snprintf(text, sizeof text, "(its rank is unknown; host %s, pid %ld): %s", host, (long)getpid(), why);
+  if (rank < 0) {
+    this_host(host);
+    snprintf(text, sizeof text, "(its rank is unknown; host %s, pid %ld): %s", host, (long)getpid(), why);
+  } else {
+    snprintf(text, sizeof text, "%s", why);
+  }
   braid__boot *b = NULL;
   char ignored[512];
-  (void)world_start(-1, size, env, st ? st : BRAID_ERR_BOOTSTRAP, text, &b, ignored, sizeof ignored);
-}
-
-void braid__bootstrap_tell_unsized(int rank, const braid__launch_env *env, braid_status st, const char *why) {
-  braid__boot *b = NULL;
-  char ignored[512];
-  (void)world_start(rank, 0, env, st ? st : BRAID_ERR_BOOTSTRAP, why, &b, ignored, sizeof ignored);
+  (void)world_start(rank, size, env, st ? st : BRAID_ERR_BOOTSTRAP, text, &b, ignored, sizeof ignored);
 }
 
 braid_status braid__bootstrap_split(const braid__boot *parent, int rank, int size, uint64_t child_id,
@@ -880,5 +892,7 @@ braid_status braid__listen_dataplane(const braid__boot *b, int backlog, braid__l
     bind_addr = out->addr;
   }
   int offset = b->local_rank >= 0 ? b->local_rank : b->rank;
-  return braid__listen_range(bind_addr, e->port_lo, e->port_hi, offset, backlog, &out->fd, &out->port, err, errlen);
+  st = braid__listen_range(bind_addr, e->port_lo, e->port_hi, offset, backlog, &out->fd, &out->port, err, errlen);
+  if (st && e->addr[0]) name_addr(e->addr, err, errlen);
+  return st;
 }

@@ -50,7 +50,9 @@ typedef struct braid__boot {
  * store it started for this world. World size 1 needs no
  * rendezvous: *out gets a boot with store NULL (and env.store_owner NONE)
  * even when an address is configured, and nothing is hosted or dialled.
- * BRAID_IFNAME/BRAID_ADDR are checked here so a wrong interface fails at once.
+ * BRAID_IFNAME and BRAID_ADDR are checked here, so that a wrong interface or
+ * an address that is not this host's fails at once (INVALID_ARG, naming the
+ * variable) and the others are told (braid__bootstrap_tell_failed).
  *
  * Errors leave *out NULL and one sentence in err, without the call's name or
  * the rank (the caller adds those). They are BRAID_ERR_BOOTSTRAP (or
@@ -61,18 +63,20 @@ typedef struct braid__boot {
 braid_status braid__bootstrap_world(int rank, int size, const braid__launch_env *env, braid__boot **out, char *err,
                                     size_t errlen);
 
-/* A rank whose own rank could not be read (its launcher's variable is
- * broken or out of range) cannot register; when the rest of env names a
- * store and a world of size ranks, it tells them, within about 2 s, that a
- * rank could not start and why (st, why), so that their rendezvous fails
- * now instead of at BRAID_INIT_TIMEOUT. It does not host a store. */
-void braid__bootstrap_tell_unranked(int size, const braid__launch_env *env, braid_status st, const char *why);
-
-/* The same for a rank that knows its rank but not the world size (its
- * launcher's size variable is broken): it tells the others under a
- * namespace of the job that does not name the size, which their
- * rendezvous reads too. It does not host a store. */
-void braid__bootstrap_tell_unsized(int rank, const braid__launch_env *env, braid_status st, const char *why);
+/* A rank whose start failed before it could register tells the others,
+ * within about 2 s, that it could not start and why (st, why), so that their
+ * rendezvous fails now instead of at BRAID_INIT_TIMEOUT: the rest of env must
+ * name a store. It is the path a wrong BRAID_IFNAME or BRAID_ADDR takes in
+ * braid__bootstrap_world, for causes found before it:
+ *  - rank and size known (a setting of this rank's own is malformed): to the
+ *    world of size ranks, as rank;
+ *  - rank < 0 (the launcher's rank variable is broken or out of range): to
+ *    the world of size ranks, naming this host and pid instead;
+ *  - size 0 (the launcher's size variable is broken): under a namespace of
+ *    the job that does not name the size, which their rendezvous reads too.
+ * It does not host a store. */
+void braid__bootstrap_tell_failed(int rank, int size, const braid__launch_env *env, braid_status st,
+                                  const char *why);
 
 /* The boot of a split child (rank of size, id child_id): a clone of parent's
    store connection with the namespace "<job prefix>c<child id in hex>/". No

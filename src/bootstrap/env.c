@@ -454,6 +454,8 @@ braid_status braid__env_detect(braid__getenv_fn fn, void *ctx, const braid__env_
                 e->rank, e->world_size, cv->rank, e->rank, size_var, e->world_size);
   }
 
+  e->got = BRAID__ENV_GOT_RANK;
+
   /* Local rank and size: a pair (Slurm has no size variable; it is derived). */
   const convention *lc = cv ? cv : &generic;
   int have_lr = 0, have_ls = 0;
@@ -502,6 +504,7 @@ braid_status braid__env_detect(braid__getenv_fn fn, void *ctx, const braid__env_
   }
 
   if ((st = detect_job_id(r, lc, e, err, errlen))) return st;
+  e->got = BRAID__ENV_GOT_STORE;
   return detect_dataplane(r, ov, e, err, errlen);
 }
 

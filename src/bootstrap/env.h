@@ -61,7 +61,16 @@ typedef struct braid__launch_env {
   char ifname[64];                 /* BRAID_IFNAME, "" unset */
   char addr[BRAID__ENV_HOST_MAX];  /* BRAID_ADDR, "" unset */
   char note[384];                  /* why present launcher variables were ignored, for logs; "" if none */
+  /* How much of the above detection read before it failed (all of it on
+     success): BRAID__ENV_GOT_RANK: rank and world_size; BRAID__ENV_GOT_STORE:
+     also the store, token and job id, so that only a setting of this rank's
+     own (BRAID_INIT_TIMEOUT, BRAID_PORT_RANGE, BRAID_IFNAME, BRAID_ADDR) was
+     wrong and the rank can still tell the others. */
+  int got;
 } braid__launch_env;
+
+#define BRAID__ENV_GOT_RANK 1
+#define BRAID__ENV_GOT_STORE 2
 
 /* What braid_config sets explicitly; it takes precedence over the environment. */
 typedef struct braid__env_overrides {

@@ -5,7 +5,8 @@
    hold up), and a world of one, which needs no store at all. A store that
    stops answering bounds init, destroy and every store request; a store
    host name that resolves to a loopback address other than 127.0.0.1 is
-   served where the ranks dial it. */
+   served where the ranks dial it; a rank whose own setting is wrong says so,
+   with its rank, and tells the others. */
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -839,6 +840,56 @@ static int test_store_name_on_other_loopback(void) {
   return rc;
 }
 
+typedef struct {
+  int port;
+  const char *bad; /* "NAME=value" for rank 1 only */
+  const char *backend;
+} bad_setting;
+
+/* Rank 1 alone has a wrong setting of its own: its error names the variable
+   and its rank, and rank 0 learns why at once instead of after its 30 s. */
+static int body_bad_setting(braid_comm *unused, int rank, int n, void *arg) {
+  (void)unused;
+  const bad_setting *k = arg;
+  rank_env(rank, n, "127.0.0.1", k->port, NULL, NULL);
+  setenv("BRAID_BACKEND", k->backend, 1);
+  setenv("BRAID_INIT_TIMEOUT", "30", 1);
+  char name[64];
+  snprintf(name, sizeof name, "%.*s", (int)(strchr(k->bad, '=') - k->bad), k->bad);
+  if (rank == 1) setenv(name, strchr(k->bad, '=') + 1, 1);
+  braid_comm *c = NULL;
+  double t0 = braid__now();
+  braid_status st = braid_init(NULL, &c);
+  double dt = braid__now() - t0;
+  const char *m = braid_last_error(NULL);
+  printf("[rank %d] %s: %s after %.2f s: %s\n", rank, k->bad, braid_status_string(st), dt, m);
+  BT_CHECK(st != BRAID_OK, "braid_init succeeded");
+  BT_CHECK(strstr(m, name), "message lacks %s: %s", name, m);
+  if (rank == 1) {
+    BT_CHECK(strstr(m, "(rank 1)"), "message lacks the rank: %s", m);
+  } else {
+    BT_CHECK(strstr(m, "rank 1 could not start"), "message lacks the cause: %s", m);
+    BT_CHECK(dt < 15, "rank 0 failed after %.2f s (BRAID_INIT_TIMEOUT=30)", dt);
+  }
+  return 0;
+}
+
+static int test_bad_setting_told(void) {
+  static const struct {
+    const char *bad, *backend;
+  } cases[] = {{"BRAID_ADDR=10.0.0.x", "shm"},
+               {"BRAID_PORT_RANGE=50-40", "shm"},
+               {"BRAID_INIT_TIMEOUT=soon", "shm"},
+               /* well formed, but not an address of this host (TEST-NET-1) */
+               {"BRAID_ADDR=192.0.2.1", "tcp"}};
+  for (size_t i = 0; i < BT_COUNT(cases); i++) {
+    bad_setting k = {bt_free_port(), cases[i].bad, cases[i].backend};
+    bt_run_opts o = {NULL, 2, 40, NULL, -1};
+    BT_CHECK(bt_run_ranks_ex(&o, body_bad_setting, &k, NULL) == 0, "%s on rank 1", cases[i].bad);
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
   static const bt_case cases[] = {
       BT_CASE(test_rank0_hosts),        BT_CASE(test_external_store),  BT_CASE(test_missing_rank_times_out),
@@ -848,6 +899,7 @@ int main(int argc, char **argv) {
       {"test_init_mute_store", test_init_mute_store, 60}, {"test_destroy_stuck_store", test_destroy_stuck_store, 60},
       {"test_requests_after_rendezvous_bounded", test_requests_after_rendezvous_bounded, 60},
       {"test_store_name_on_other_loopback", test_store_name_on_other_loopback, 60},
+      {"test_bad_setting_told", test_bad_setting_told, 120},
   };
   return bt_main(argc, argv, cases, BT_COUNT(cases));
 }

@@ -359,6 +359,7 @@ typedef struct braid__call_fields {
 static inline braid__call_fields braid__lend_begin(braid_comm *c) {
   braid__call_fields f = {c->call, c->trace_cur, c->desc, c->lendable};
   c->lent++;
+  c->lendable = 0; /* a call let in lends only if it is a braid_sync itself */
   return f;
 }
 

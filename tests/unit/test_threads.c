@@ -363,11 +363,78 @@ static int test_sync_lets_others_in(void) {
   return 0;
 }
 
+/* Two collectives let in, one after the other, while a third thread waits
+   in braid_sync: each runs whole (a collective never lends the lock, though
+   the sync that let it in does), so the two sums pair up with the peer's
+   two calls in one order or the other. */
+typedef struct coll_thread {
+  braid_comm *c;
+  _Atomic int *in_sync;
+  double delay;
+  int v;
+  braid_status st;
+} coll_thread;
+
+static void *all_reduce_later(void *p) {
+  coll_thread *t = p;
+  while (!atomic_load(t->in_sync)) braid__sleep(0.001);
+  braid__sleep(t->delay);
+  t->st = braid_all_reduce(t->c, &t->v, 1, BRAID_I32, BRAID_SUM);
+  return NULL;
+}
+
+static int body_collectives_let_in(braid_comm *c, int rank, int n, void *arg) {
+  (void)n, (void)arg;
+  if (rank == 0) {
+    int got = 0;
+    _Atomic int in_sync = 0;
+    coll_thread b = {c, &in_sync, 0.05, 1, BRAID_ERR_INTERNAL}, d = {c, &in_sync, 0.3, 100, BRAID_ERR_INTERNAL};
+    BT_CHECK_OK(braid_recv(c, &got, 1, BRAID_I32, 1, 1), c);
+    pthread_t tb, td;
+    BT_CHECK(pthread_create(&tb, NULL, all_reduce_later, &b) == 0, "pthread_create");
+    BT_CHECK(pthread_create(&td, NULL, all_reduce_later, &d) == 0, "pthread_create");
+    atomic_store(&in_sync, 1);
+    braid_status st = braid_sync(c);
+    pthread_join(tb, NULL);
+    pthread_join(td, NULL);
+    BT_CHECK(st == BRAID_OK && b.st == BRAID_OK && d.st == BRAID_OK, "sync %s, all-reduces %s and %s: %s",
+             braid_status_string(st), braid_status_string(b.st), braid_status_string(d.st), braid_last_error(c));
+    BT_CHECK((b.v == 11 && d.v == 1100) || (b.v == 1001 && d.v == 110),
+             "the all-reduces interleaved: %d and %d (want 11 and 1100, or 1001 and 110)", b.v, d.v);
+    BT_CHECK(got == 7, "got %d", got);
+  } else if (rank == 1) {
+    int v = 10, w = 1000, seven = 7;
+    braid__sleep(1.0);
+    BT_CHECK_OK(braid_all_reduce(c, &v, 1, BRAID_I32, BRAID_SUM), c);
+    BT_CHECK_OK(braid_all_reduce(c, &w, 1, BRAID_I32, BRAID_SUM), c);
+    BT_CHECK_OK(braid_send(c, &seven, 1, BRAID_I32, 0, 1), c);
+    BT_CHECK_OK(braid_sync(c), c);
+  }
+  BT_CHECK_OK(braid_barrier(c), c);
+  return 0;
+}
+
+static int test_collectives_let_in(void) {
+  static const char *const env[] = {"BRAID_TIMEOUT=20", "BRAID_NODE_ID=n0", NULL};
+  const char *names[8];
+  int maxr[8], nb = bt_backends(names, maxr, 8);
+  for (int b = 0; b < nb; b++) {
+    if (maxr[b] < 2) continue;
+    bt_run_opts o = {names[b], 2, 60, env, -1};
+    if (bt_run_ranks_ex(&o, body_collectives_let_in, NULL, NULL)) {
+      fprintf(stderr, "backend %s\n", names[b]);
+      return 1;
+    }
+  }
+  return 0;
+}
+
 static const bt_case cases[] = {
     BT_CASE(test_concurrent_calls),
     BT_CASE(test_sync_waits_for_other_thread),
     BT_CASE(test_waiting_call_keeps_its_name),
     BT_CASE(test_sync_lets_others_in),
+    BT_CASE(test_collectives_let_in),
     BT_CASE(test_abort_wakes_waiter),
     BT_CASE(test_destroy_under_waiter),
     BT_CASE(test_abort_races_callers),

@@ -43,11 +43,14 @@ static int ev_known(uint64_t ev) {
   return known;
 }
 
-static void ev_remove(uint64_t ev) {
+/* Takes ev out of the list: 1 if it was there. Two threads destroying the
+   same event through two communicators: only one gets it. */
+static int ev_take(uint64_t ev) {
   pthread_mutex_lock(&ev_lock);
   long i = ev_find(ev);
   if (i >= 0) ev_list[i] = ev_list[--ev_n];
   pthread_mutex_unlock(&ev_lock);
+  return i >= 0;
 }
 
 static braid_status unknown_event(braid_comm *c, uint64_t ev) {
@@ -82,9 +85,11 @@ braid_status braid_event_create(braid_comm *c, uint64_t *event) {
 braid_status braid_event_destroy(braid_comm *c, uint64_t event) {
   braid_status st = stream_enter(c, "braid_event_destroy");
   if (st) return st;
-  if (!ev_known(event)) return unknown_event(c, event);
+  if (!ev_take(event)) return unknown_event(c, event);
   st = c->ops->stream->event_destroy(c, event);
-  if (!st) ev_remove(event);
+  if (st && !ev_add(event)) /* not destroyed: it stays usable */
+    BLOG_WARN(BRAID_SUB_INIT, c->rank, "braid_event_destroy: out of memory keeping event 0x%llx after a failed destroy",
+              (unsigned long long)event);
   return braid__leave(c, st);
 }
 

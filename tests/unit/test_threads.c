@@ -348,20 +348,23 @@ static int body_sync_lets_others_in(braid_comm *c, int rank, int n, void *arg) {
   return 0;
 }
 
-static int test_sync_lets_others_in(void) {
+/* body on 2 ranks of every backend that has them (hier: one node). */
+static int on_every_backend(bt_body body) {
   static const char *const env[] = {"BRAID_TIMEOUT=20", "BRAID_NODE_ID=n0", NULL};
   const char *names[8];
   int maxr[8], nb = bt_backends(names, maxr, 8);
   for (int b = 0; b < nb; b++) {
     if (maxr[b] < 2) continue;
     bt_run_opts o = {names[b], 2, 60, env, -1};
-    if (bt_run_ranks_ex(&o, body_sync_lets_others_in, NULL, NULL)) {
+    if (bt_run_ranks_ex(&o, body, NULL, NULL)) {
       fprintf(stderr, "backend %s\n", names[b]);
       return 1;
     }
   }
   return 0;
 }
+
+static int test_sync_lets_others_in(void) { return on_every_backend(body_sync_lets_others_in); }
 
 /* Two collectives let in, one after the other, while a third thread waits
    in braid_sync: each runs whole (a collective never lends the lock, though
@@ -414,20 +417,7 @@ static int body_collectives_let_in(braid_comm *c, int rank, int n, void *arg) {
   return 0;
 }
 
-static int test_collectives_let_in(void) {
-  static const char *const env[] = {"BRAID_TIMEOUT=20", "BRAID_NODE_ID=n0", NULL};
-  const char *names[8];
-  int maxr[8], nb = bt_backends(names, maxr, 8);
-  for (int b = 0; b < nb; b++) {
-    if (maxr[b] < 2) continue;
-    bt_run_opts o = {names[b], 2, 60, env, -1};
-    if (bt_run_ranks_ex(&o, body_collectives_let_in, NULL, NULL)) {
-      fprintf(stderr, "backend %s\n", names[b]);
-      return 1;
-    }
-  }
-  return 0;
-}
+static int test_collectives_let_in(void) { return on_every_backend(body_collectives_let_in); }
 
 static const bt_case cases[] = {
     BT_CASE(test_concurrent_calls),

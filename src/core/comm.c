@@ -38,7 +38,9 @@ static braid_status record(braid_comm *c, braid_status st, const char *text, int
   return st;
 }
 
-static braid_status vfail(braid_comm *c, braid_status st, int force, const char *fmt, va_list ap) {
+/* "<call>: <text>" on c; call NULL: the call c is in. */
+static braid_status vfail_in(braid_comm *c, const char *call, braid_status st, int force, const char *fmt,
+                             va_list ap) {
   char text[BRAID_ERRLEN];
   vsnprintf(text, sizeof text, fmt, ap);
   if (!c) {
@@ -46,19 +48,22 @@ static braid_status vfail(braid_comm *c, braid_status st, int force, const char 
     braid__set_thread_error(text);
     return st;
   }
+  if (!call) call = c->call ? c->call : "braid";
   char full[BRAID_ERRLEN];
-  snprintf(full, sizeof full, "%s: %s", c->call ? c->call : "braid", text);
+  snprintf(full, sizeof full, "%s: %s", call, text);
   return record(c, st, full, force);
 }
 
+static braid_status vfail(braid_comm *c, braid_status st, int force, const char *fmt, va_list ap) {
+  return vfail_in(c, NULL, st, force, fmt, ap);
+}
+
 braid_status braid__fail_in(braid_comm *c, const char *call, braid_status st, const char *fmt, ...) {
-  char text[BRAID_ERRLEN], full[BRAID_ERRLEN];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(text, sizeof text, fmt, ap);
+  vfail_in(c, call, st, 0, fmt, ap);
   va_end(ap);
-  snprintf(full, sizeof full, "%s: %s", call, text);
-  return record(c, st, full, 0);
+  return st;
 }
 
 braid_status braid__vfail(braid_comm *c, braid_status st, const char *fmt, va_list ap) {
